@@ -1,0 +1,357 @@
+"""Frozen, validated run configuration.
+
+`ml_collections.ConfigDict` files (``configs/*.py``) are the user-facing format; they are
+converted exactly once, here, into frozen dataclasses. Modules never see a ConfigDict.
+Every check raises ``ConfigError`` naming the offending field and the allowed values, so bad
+input fails before anything is compiled or written.
+
+Per-layer attention: ``model.attention`` holds the defaults for every layer and
+``model.layer_pattern`` optionally overrides fields per layer, cycled over the layers:
+``"chunk_size=4,overlap=true;chunk_size=128"`` gives DeepSeek-V4's alternating CSA/HCA layout
+(layer 0, 2, ... get M=4 with overlap; layers 1, 3, ... get M=128). An empty spec between
+semicolons keeps the defaults for that layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
+POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
+BOUNDARY_PREDICTORS = ("router", "delimiter")
+STAGGER_MODES = ("none", "layers", "heads")
+IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
+TASKS = ("kv", "code")
+DTYPES = ("float32", "bfloat16")
+
+
+class ConfigError(ValueError):
+  """A config field holds a value the framework cannot run."""
+
+
+def _require(ok: bool, field: str, message: str) -> None:
+  if not ok:
+    raise ConfigError(f"config field '{field}': {message}")
+
+
+def _one_of(value: Any, allowed: tuple[str, ...], field: str) -> None:
+  _require(value in allowed, field, f"got {value!r}, allowed: {', '.join(allowed)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+  """One layer's attention. Fields irrelevant to ``kind`` are ignored by that kind."""
+
+  kind: str = "full"  # full | window (sliding window only) | fixed | dynamic
+  window: int = 0  # raw-token sliding window W in tokens; 0 = no raw tokens besides entries
+  chunk_size: int = 4  # M: tokens pooled into one entry (dynamic: target mean chunk length)
+  pooling: str = "gated"  # gated | gated_no_bias | mean | mlp
+  overlap: bool = False  # DeepSeek CSA: each entry pools 2M slots across two chunks
+  shared_kv: bool = True  # one compressed vector serves as key and value (DeepSeek MQA)
+  sink: bool = False  # learned per-head sink logit (value zero) in the softmax
+  topk: int = 0  # attend only to the top-k entries by an indexer score; 0 = all entries
+  chunk_offset: int = 0  # phase shift of fixed chunk boundaries in tokens
+  stagger: str = "none"  # none | layers | heads: spread chunk offsets over layers or kv heads
+  random_phase: bool = False  # training only: a random global chunk offset per row
+  # Dynamic chunking (kind == "dynamic").
+  boundary: str = "router"  # router (learned, H-Net style) | delimiter (rule based)
+  min_chunk: int = 1  # tokens; shortest chunk the predictor may close
+  max_chunk: int = 16  # tokens; a chunk is forced closed at this length
+  capacity_multiple: int = 8  # entry capacity per row padded to this multiple
+  delimiters: str = ""  # comma-separated token ids that close a chunk (delimiter rule)
+  boundary_group: int = 0  # layers sharing one boundary prediction; 0 = all layers share
+  ratio_loss_weight: float = 0.03  # weight of the H-Net compression-ratio loss
+  implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu (kernels/)
+  interpret: bool = False  # run Pallas kernels in interpret mode (CPU tests)
+
+  def validate(self, field: str, num_kv_heads: int, head_dim: int, vocab_size: int) -> None:
+    _one_of(self.kind, ATTENTION_KINDS, f"{field}.kind")
+    _one_of(self.pooling, POOLINGS, f"{field}.pooling")
+    _one_of(self.stagger, STAGGER_MODES, f"{field}.stagger")
+    _one_of(self.boundary, BOUNDARY_PREDICTORS, f"{field}.boundary")
+    _one_of(self.implementation, IMPLEMENTATIONS, f"{field}.implementation")
+    _require(self.window >= 0, f"{field}.window", f"must be >= 0, got {self.window}")
+    _require(self.chunk_size >= 1, f"{field}.chunk_size", f"must be >= 1, got {self.chunk_size}")
+    _require(self.topk >= 0, f"{field}.topk", f"must be >= 0, got {self.topk}")
+    _require(self.chunk_offset >= 0, f"{field}.chunk_offset", "must be >= 0")
+    if self.kind == "window":
+      _require(self.window >= 1, f"{field}.window", "kind 'window' needs window >= 1")
+    if self.overlap and self.kind in ("fixed", "dynamic"):
+      _require(
+          head_dim % 2 == 0,
+          f"{field}.overlap",
+          f"overlap splits the entry channels in two halves; head_dim {head_dim} is odd",
+      )
+    if self.kind == "dynamic":
+      _require(self.min_chunk >= 1, f"{field}.min_chunk", "must be >= 1")
+      _require(
+          self.max_chunk >= self.min_chunk,
+          f"{field}.max_chunk",
+          f"must be >= min_chunk ({self.min_chunk}), got {self.max_chunk}",
+      )
+      _require(
+          self.min_chunk <= self.chunk_size <= self.max_chunk,
+          f"{field}.chunk_size",
+          f"target chunk length {self.chunk_size} must lie in "
+          f"[min_chunk={self.min_chunk}, max_chunk={self.max_chunk}]",
+      )
+      _require(
+          self.capacity_multiple in (1, 8, 16, 128),
+          f"{field}.capacity_multiple",
+          f"got {self.capacity_multiple}, allowed: 1, 8, 16, 128",
+      )
+      for token in self.delimiter_ids:
+        _require(
+            0 <= token < vocab_size,
+            f"{field}.delimiters",
+            f"token id {token} outside the vocabulary [0, {vocab_size})",
+        )
+      if self.boundary == "delimiter":
+        _require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
+    del num_kv_heads
+
+  @property
+  def delimiter_ids(self) -> tuple[int, ...]:
+    if not self.delimiters.strip():
+      return ()
+    try:
+      return tuple(int(t) for t in self.delimiters.split(","))
+    except ValueError as e:
+      raise ConfigError(
+          f"config field 'delimiters': expected comma-separated ints, got {self.delimiters!r}"
+      ) from e
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """A Qwen3-style decoder. Head dims in channels, widths in channels."""
+
+  vocab_size: int = 256
+  num_layers: int = 2
+  d_model: int = 128  # E
+  num_heads: int = 4  # H query heads
+  num_kv_heads: int = 4  # K key/value heads (1 = MQA); must divide num_heads
+  head_dim: int = 32  # D
+  mlp_dim: int = 512  # SwiGLU hidden width
+  rope: bool = True  # rotary position embedding on queries, keys and entries
+  rope_fraction: float = 1.0  # fraction of head_dim that rotates (partial rotary)
+  rope_base: float = 10000.0
+  qk_norm: bool = True  # RMSNorm per head on queries and keys (Qwen3)
+  tie_embeddings: bool = True
+  key_shift: int = 0  # width of a causal conv mixing x_{t-w+1..t} into keys; 0 = off
+  value_shift: bool = False  # apply the same token shift to values
+  dtype: str = "float32"  # activation dtype
+  attention: AttentionConfig = AttentionConfig()
+  layer_pattern: str = ""  # per-layer attention overrides, see module docstring
+
+  @property
+  def rope_dim(self) -> int:
+    """Rotating channels per head (even)."""
+    return int(round(self.head_dim * self.rope_fraction / 2)) * 2 if self.rope else 0
+
+  def layer_attention(self, layer: int) -> AttentionConfig:
+    return self.layers[layer]
+
+  @property
+  def layers(self) -> tuple[AttentionConfig, ...]:
+    return _resolve_layer_pattern(self.attention, self.layer_pattern, self.num_layers)
+
+  def validate(self) -> None:
+    for name in ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim",
+                 "mlp_dim"):
+      _require(getattr(self, name) >= 1, f"model.{name}", f"must be >= 1, got {getattr(self, name)}")
+    _require(
+        self.num_heads % self.num_kv_heads == 0,
+        "model.num_kv_heads",
+        f"must divide num_heads ({self.num_heads}), got {self.num_kv_heads}",
+    )
+    _require(
+        self.d_model % self.num_heads == 0,
+        "model.num_heads",
+        f"must divide d_model ({self.d_model}), got {self.num_heads}",
+    )
+    _require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
+    _require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
+    _one_of(self.dtype, DTYPES, "model.dtype")
+    for i, layer in enumerate(self.layers):
+      layer.validate(f"model.attention[layer {i}]", self.num_kv_heads, self.head_dim,
+                     self.vocab_size)
+
+
+def _parse_bool(text: str) -> bool:
+  lowered = text.strip().lower()
+  if lowered in ("true", "1", "yes"):
+    return True
+  if lowered in ("false", "0", "no"):
+    return False
+  raise ValueError(f"not a boolean: {text!r}")
+
+
+def _resolve_layer_pattern(
+    base: AttentionConfig, pattern: str, num_layers: int
+) -> tuple[AttentionConfig, ...]:
+  if not pattern.strip():
+    return (base,) * num_layers
+  fields = {f.name: f for f in dataclasses.fields(AttentionConfig)}
+  specs = []
+  for spec in pattern.split(";"):
+    overrides = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+      key, sep, value = item.partition("=")
+      key = key.strip()
+      _require(bool(sep), "model.layer_pattern", f"expected field=value, got {item!r}")
+      _require(key in fields, "model.layer_pattern",
+               f"unknown attention field {key!r}; known: {', '.join(fields)}")
+      default = getattr(base, key)
+      try:
+        if isinstance(default, bool):
+          overrides[key] = _parse_bool(value)
+        else:
+          overrides[key] = type(default)(value.strip())
+      except ValueError as e:
+        raise ConfigError(f"config field 'model.layer_pattern': {key}={value!r}: {e}") from e
+    specs.append(dataclasses.replace(base, **overrides))
+  return tuple(specs[i % len(specs)] for i in range(num_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Offline, deterministic data. Lengths in tokens."""
+
+  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes)
+  seq_len: int = 256  # T tokens per row
+  batch_size: int = 32  # global rows per step (split over processes)
+  # Key-value retrieval.
+  num_pairs: int = 16  # key-value pairs planted per row
+  key_len: int = 1  # tokens per key
+  value_len: int = 1  # tokens per value
+  num_queries: int = 4  # queries at the end of each row (training signal)
+  num_symbols: int = 64  # distinct key/value symbol tokens
+  near_distance: int = 64  # a needle within this many tokens of its query counts as near
+  # Code corpus.
+  code_needles: int = 0  # key-value needles planted into each code row
+  heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
+
+  def validate(self) -> None:
+    _one_of(self.task, TASKS, "data.task")
+    for name in ("seq_len", "batch_size", "num_pairs", "key_len", "value_len", "num_queries",
+                 "num_symbols"):
+      _require(getattr(self, name) >= 1, f"data.{name}", f"must be >= 1, got {getattr(self, name)}")
+    _require(self.num_queries <= self.num_pairs, "data.num_queries",
+             f"must be <= num_pairs ({self.num_pairs}), got {self.num_queries}")
+    _require(0.0 < self.heldout_fraction < 1.0, "data.heldout_fraction", "must lie in (0, 1)")
+    _require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimisation and bookkeeping. Counts in steps unless stated."""
+
+  steps: int = 1000
+  learning_rate: float = 1e-3  # peak, after linear warmup
+  warmup_steps: int = 100
+  min_lr_ratio: float = 0.1  # cosine decays to learning_rate * min_lr_ratio
+  weight_decay: float = 0.01
+  grad_clip: float = 1.0  # global-norm clip
+  b1: float = 0.9
+  b2: float = 0.95
+  log_every: int = 50
+  eval_every: int = 200
+  eval_batches: int = 4  # held-out batches per evaluation
+  checkpoint_every: int = 200
+  keep_checkpoints: int = 3
+
+  def validate(self) -> None:
+    _require(self.steps >= 0, "train.steps", f"must be >= 0, got {self.steps}")
+    _require(self.learning_rate > 0, "train.learning_rate", "must be > 0")
+    _require(0 <= self.warmup_steps, "train.warmup_steps", "must be >= 0")
+    _require(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio", "must lie in [0, 1]")
+    for name in ("log_every", "eval_every", "eval_batches", "checkpoint_every",
+                 "keep_checkpoints"):
+      _require(getattr(self, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+
+
+DEFAULT_AXIS_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("embed", "fsdp"),
+    ("act_embed", None),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("mlp", "tensor"),
+    ("entries", None),
+    ("slots", None),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Device mesh. ``data = -1`` takes every device the other axes leave."""
+
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
+  axis_rules: tuple = DEFAULT_AXIS_RULES  # logical axis -> mesh axes
+
+  def shape(self, device_count: int) -> tuple[int, int, int]:
+    """Resolved (data, fsdp, tensor); raises ConfigError if it does not match the devices."""
+    for name in ("fsdp", "tensor"):
+      _require(getattr(self, name) >= 1, f"mesh.{name}", "must be >= 1")
+    _require(self.data == -1 or self.data >= 1, "mesh.data", "must be >= 1 or -1 (auto)")
+    rest = self.fsdp * self.tensor
+    data = self.data
+    if data == -1:
+      _require(device_count % rest == 0, "mesh",
+               f"fsdp*tensor = {rest} does not divide the {device_count} devices")
+      data = device_count // rest
+    _require(data * rest == device_count, "mesh",
+             f"data*fsdp*tensor = {data}*{self.fsdp}*{self.tensor} = {data * rest} "
+             f"does not match the {device_count} devices")
+    return data, self.fsdp, self.tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  seed: int = 0
+  model: ModelConfig = ModelConfig()
+  data: DataConfig = DataConfig()
+  train: TrainConfig = TrainConfig()
+  mesh: MeshConfig = MeshConfig()
+
+  def validate(self) -> "Config":
+    self.model.validate()
+    self.data.validate()
+    self.train.validate()
+    if self.data.task == "code":
+      _require(self.model.vocab_size >= 256 + 4, "model.vocab_size",
+               "the byte-level code task needs >= 260 tokens (256 bytes + specials)")
+    return self
+
+
+def _build(cls, values: Mapping[str, Any], prefix: str):
+  known = {f.name: f for f in dataclasses.fields(cls)}
+  kwargs = {}
+  for key, value in values.items():
+    field = f"{prefix}{key}"
+    if key not in known:
+      raise ConfigError(f"config field '{field}' is unknown; known: {', '.join(known)}")
+    default = known[key].default
+    if dataclasses.is_dataclass(default):
+      kwargs[key] = _build(type(default), value, f"{field}.")
+    elif isinstance(default, tuple):
+      kwargs[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    else:
+      kwargs[key] = value
+  return cls(**kwargs)
+
+
+def from_dict(values: Mapping[str, Any]) -> Config:
+  """Builds and validates a Config from a nested mapping (e.g. ``ConfigDict.to_dict()``)."""
+  return _build(Config, values, "").validate()
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+  return dataclasses.asdict(config)

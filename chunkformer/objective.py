@@ -1,0 +1,82 @@
+"""Loss and metrics of one batch.
+
+A batch is a dict of [B, T] arrays (see chunkformer/data/__init__.py):
+``inputs``, ``targets`` (int32), ``positions``, ``segment_ids`` (int32), ``loss_mask``
+(float32, 1 on tokens that are scored) and, for retrieval tasks, ``near_mask``/``far_mask``
+(float32, 1 on answer tokens whose needle lies within / beyond ``data.near_distance``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+Array = jax.Array
+
+# Collections the attention kinds may sow into (see attention/common.py).
+AUX_COLLECTIONS = ("aux_loss", "aux_metrics")
+
+
+def _sum_sown(tree) -> Array:
+  leaves = jax.tree_util.tree_leaves(tree)
+  return sum((jnp.sum(jnp.asarray(x)) for x in leaves), jnp.zeros((), jnp.float32))
+
+
+def forward(model: nn.Module, params, batch: Mapping[str, Array], *, train: bool,
+            rng: Array | None = None) -> tuple[Array, dict]:
+  """Returns logits_BxTxV and the sown auxiliary collections."""
+  rngs = {"phase": rng} if rng is not None else {}
+  logits, aux = model.apply(
+      {"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"],
+      train=train, rngs=rngs, mutable=AUX_COLLECTIONS)
+  return logits, aux
+
+
+def metric_sums(logits_BxTxV: Array, batch: Mapping[str, Array]) -> dict[str, Array]:
+  """Additive statistics (sums and counts), so that batches and hosts aggregate exactly."""
+  targets = batch["targets"]
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets)
+  correct = (jnp.argmax(logits_BxTxV, axis=-1) == targets).astype(jnp.float32)
+  mask = batch["loss_mask"]
+  sums = {"loss_sum": jnp.sum(ce * mask), "count": jnp.sum(mask),
+          "correct": jnp.sum(correct * mask)}
+  for group in ("near", "far"):
+    key = f"{group}_mask"
+    if key in batch:
+      sums[f"{group}_correct"] = jnp.sum(correct * batch[key])
+      sums[f"{group}_count"] = jnp.sum(batch[key])
+  return sums
+
+
+def summarize(sums: Mapping[str, Array]) -> dict[str, float]:
+  """Means from additive statistics: loss, accuracy, near_accuracy, far_accuracy."""
+  def ratio(num, den):
+    return float(num) / max(float(den), 1.0)
+
+  out = {"loss": ratio(sums["loss_sum"], sums["count"]),
+         "accuracy": ratio(sums["correct"], sums["count"])}
+  for group in ("near", "far"):
+    if f"{group}_count" in sums:
+      out[f"{group}_accuracy"] = ratio(sums[f"{group}_correct"], sums[f"{group}_count"])
+  for key, value in sums.items():
+    if key.startswith("aux/"):
+      out[key] = float(value)
+  return out
+
+
+def loss_fn(params, model: nn.Module, batch: Mapping[str, Array], rng: Array | None,
+            train: bool = True) -> tuple[Array, dict[str, Array]]:
+  """Mean cross-entropy over scored tokens plus sown auxiliary losses; metric sums as aux."""
+  logits, aux = forward(model, params, batch, train=train, rng=rng)
+  sums = metric_sums(logits, batch)
+  aux_loss = _sum_sown(aux.get("aux_loss", {}))
+  loss = sums["loss_sum"] / jnp.maximum(sums["count"], 1.0) + aux_loss
+  sums["aux/loss"] = aux_loss
+  for path, value in jax.tree_util.tree_leaves_with_path(aux.get("aux_metrics", {})):
+    name = "/".join(str(getattr(p, "key", p)) for p in path)
+    sums[f"aux/{name}"] = jnp.mean(jnp.asarray(value))
+  return loss, sums
