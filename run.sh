@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One entry point that sets itself up: creates (or reuses) ./.venv, installs the pinned
+# dependencies when requirements.lock / setup.cfg change, then runs the requested job.
+#   ./run.sh demo        train full-attention + fixed M=4 + the cure, run the periodicity sweep,
+#                        write runs/demo/report.md and plots (about 15 min on 2 CPU cores)
+#   ./run.sh test        lint + the whole test suite, notebooks included (what CI runs)
+#   ./run.sh python ...  any command inside the environment
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${CHUNKFORMER_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+ensure_env() {
+  local stamp="$VENV/.chunkformer-deps" want
+  want="$(cat requirements.lock setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "[run.sh] installing pinned dependencies into $VENV" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.lock
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+      --no-build-isolation -e .
+    echo "$want" > "$stamp"
+  fi
+}
+
+job="${1:-demo}"
+shift || true
+ensure_env
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+case "$job" in
+  demo)
+    exec "$VENV/bin/python" eval.py --config configs/sweeps/demo.py \
+      --workdir "${CHUNKFORMER_WORKDIR:-runs/demo}" "$@" ;;
+  test)
+    "$VENV/bin/ruff" check chunkformer kernels configs tests bench train.py eval.py
+    CHUNKFORMER_FAST=1 exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile \
+      tests --nbmake notebooks "$@" ;;
+  python)
+    exec "$VENV/bin/python" "$@" ;;
+  *)
+    echo "usage: ./run.sh {demo|test|python ...}" >&2; exit 2 ;;
+esac
