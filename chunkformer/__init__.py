@@ -1,3 +1,3 @@
-"""chunkformer: chunked KV-cache compression in transformers, its periodic blind spots, and cures."""
+"""chunkformer: chunked KV-cache compression, its periodic blind spots, and their cures."""
 
 __version__ = "0.1.0"

@@ -15,7 +15,8 @@ semicolons keeps the defaults for that layer.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
@@ -33,6 +34,12 @@ class ConfigError(ValueError):
 def _require(ok: bool, field: str, message: str) -> None:
   if not ok:
     raise ConfigError(f"config field '{field}': {message}")
+
+
+def _require_positive(obj: Any, names: tuple[str, ...], prefix: str) -> None:
+  for name in names:
+    value = getattr(obj, name)
+    _require(value >= 1, f"{prefix}.{name}", f"must be >= 1, got {value}")
 
 
 def _one_of(value: Any, allowed: tuple[str, ...], field: str) -> None:
@@ -158,9 +165,8 @@ class ModelConfig:
     return _resolve_layer_pattern(self.attention, self.layer_pattern, self.num_layers)
 
   def validate(self) -> None:
-    for name in ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim",
-                 "mlp_dim"):
-      _require(getattr(self, name) >= 1, f"model.{name}", f"must be >= 1, got {getattr(self, name)}")
+    _require_positive(self, ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads",
+                             "head_dim", "mlp_dim"), "model")
     _require(
         self.num_heads % self.num_kv_heads == 0,
         "model.num_kv_heads",
@@ -228,6 +234,7 @@ class DataConfig:
   value_len: int = 1  # tokens per value
   num_queries: int = 4  # queries at the end of each row (training signal)
   num_symbols: int = 64  # distinct key/value symbol tokens
+  num_filler: int = 4  # distinct filler tokens in the kv haystack
   near_distance: int = 64  # a needle within this many tokens of its query counts as near
   # Code corpus.
   code_needles: int = 0  # key-value needles planted into each code row
@@ -235,13 +242,17 @@ class DataConfig:
 
   def validate(self) -> None:
     _one_of(self.task, TASKS, "data.task")
-    for name in ("seq_len", "batch_size", "num_pairs", "key_len", "value_len", "num_queries",
-                 "num_symbols"):
-      _require(getattr(self, name) >= 1, f"data.{name}", f"must be >= 1, got {getattr(self, name)}")
+    _require_positive(self, ("seq_len", "batch_size", "num_pairs", "key_len", "value_len",
+                             "num_queries", "num_symbols"), "data")
     _require(self.num_queries <= self.num_pairs, "data.num_queries",
              f"must be <= num_pairs ({self.num_pairs}), got {self.num_queries}")
     _require(0.0 < self.heldout_fraction < 1.0, "data.heldout_fraction", "must lie in (0, 1)")
     _require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
+    _require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
+    _require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
+    from chunkformer import data  # lazy: chunkformer.data imports this module
+
+    data.check_config(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,9 +278,8 @@ class TrainConfig:
     _require(self.learning_rate > 0, "train.learning_rate", "must be > 0")
     _require(0 <= self.warmup_steps, "train.warmup_steps", "must be >= 0")
     _require(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio", "must lie in [0, 1]")
-    for name in ("log_every", "eval_every", "eval_batches", "checkpoint_every",
-                 "keep_checkpoints"):
-      _require(getattr(self, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+    _require_positive(self, ("log_every", "eval_every", "eval_batches", "checkpoint_every",
+                             "keep_checkpoints"), "train")
 
 
 DEFAULT_AXIS_RULES = (
@@ -321,13 +331,16 @@ class Config:
   train: TrainConfig = TrainConfig()
   mesh: MeshConfig = MeshConfig()
 
-  def validate(self) -> "Config":
+  def validate(self) -> Config:
     self.model.validate()
     self.data.validate()
     self.train.validate()
-    if self.data.task == "code":
-      _require(self.model.vocab_size >= 256 + 4, "model.vocab_size",
-               "the byte-level code task needs >= 260 tokens (256 bytes + specials)")
+    from chunkformer import data  # lazy: chunkformer.data imports this module
+
+    needed = data.vocab_size_needed(self.data)
+    _require(self.model.vocab_size >= needed, "model.vocab_size",
+             f"data task {self.data.task!r} emits token ids up to {needed - 1}; "
+             f"need >= {needed}, got {self.model.vocab_size}")
     return self
 
 

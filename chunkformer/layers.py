@@ -7,9 +7,9 @@ F MLP width, V vocabulary.
 
 from __future__ import annotations
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 Array = jax.Array
 

@@ -8,7 +8,7 @@ A batch is a dict of [B, T] arrays (see chunkformer/data/__init__.py):
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import flax.linen as nn
 import jax

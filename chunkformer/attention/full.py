@@ -5,8 +5,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
-from chunkformer.attention.common import (AttentionContext, OutputProjection, QKVProjection,
-                                          document_causal_mask)
+from chunkformer.attention.common import (
+  AttentionContext,
+  OutputProjection,
+  QKVProjection,
+  document_causal_mask,
+)
 from chunkformer.config import AttentionConfig, ModelConfig
 
 Array = jax.Array
