@@ -1,0 +1,433 @@
+"""chunk_attention on TPU: Pallas Mosaic kernels with scalar-prefetched block ranges.
+
+Forward and dq: grid (B, H, query blocks, steps). The step axis walks first over the raw-key
+blocks of the query block's window, then over its visible entry blocks. Per query block the
+first block and the block count of each source are computed in XLA and scalar-prefetched into
+SMEM; the key/entry index maps read them, so a step past the block's range repeats the previous
+block index (Pallas skips the DMA) and ``pl.when`` skips its compute. The static step count is
+the worst case (window blocks + all entry blocks); skipped steps cost only grid overhead.
+
+dk/dv: grid (B, K, key or entry blocks, steps); the steps walk over the H/K query heads of the
+group times the query blocks that can see the key block (prefetched ranges again), so GQA/MQA
+gradients are summed in VMEM. Scores are computed transposed (keys on sublanes, queries on
+lanes), as in splash attention, so every matmul is a plain or rhs-transposed one.
+
+Layout: tensors heads-major (B, H, T, D), as Mosaic tiles the last two dimensions. Per-row
+scalars follow splash attention: a column (one value per sublane row) is stored broadcast over
+128 lanes, a row (one value per lane) broadcast over 8 sublanes; the running max and sum are
+replicated over 128 lanes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kernels import layout
+from kernels.block_sizes import AttentionBlockSizes
+from kernels.padding import pad_to, round_up
+
+_F32 = jnp.float32
+_LANES = 128
+_SUBLANES = 8
+_NT = (((1,), (1,)), ((), ()))
+_NN = (((1,), (0,)), ((), ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+  window: int
+  scale: float
+  group: int
+  bq: int
+  bk: int
+  bc: int
+  nq: int  # query blocks
+  raw_steps: int  # static worst-case raw-key blocks per query block
+  entry_steps: int  # static worst-case entry blocks per query block
+  raw_q_steps: int  # static worst-case query blocks per raw-key block
+  interpret: object
+
+
+def tpu_tile(requested: int, length: int) -> int:
+  """The whole (8-aligned) length if it fits in one tile, else the requested tile."""
+  if length <= requested:
+    return round_up(length, _SUBLANES)
+  return requested
+
+
+def _columns(x_BxL):
+  return jnp.broadcast_to(x_BxL[:, :, None], x_BxL.shape + (_LANES,))
+
+
+def _rows(x_BxL):
+  return jnp.broadcast_to(x_BxL[:, None, :], (x_BxL.shape[0], _SUBLANES, x_BxL.shape[1]))
+
+
+def _dot(a, b, dims):
+  return jax.lax.dot_general(a, b, dims, preferred_element_type=_F32)
+
+
+def _clamp_step(step, n):
+  # lax min/max only: jnp's // and clip lower through ops Mosaic handles per device kind.
+  return jnp.maximum(jnp.minimum(step, n - 1), 0)
+
+
+# ------------------------------------------------------------------ forward and dq (q-major)
+
+
+def _q_major_specs(cfg: _Cfg, h: int, d: int):
+  """Index maps shared by the forward and dq kernels (4 prefetched [B, nq] range arrays)."""
+  g = cfg.group
+
+  def raw_block(b, i, j, raw_lo, raw_n, *_):
+    return raw_lo[b, i] + _clamp_step(j, raw_n[b, i])
+
+  def entry_block(b, i, j, raw_lo, raw_n, ent_lo, ent_n):
+    del raw_lo, raw_n
+    return ent_lo[b, i] + _clamp_step(j - cfg.raw_steps, ent_n[b, i])
+
+  kv_head = lambda h: jax.lax.div(h, g)
+  return dict(
+      q=pl.BlockSpec((None, None, cfg.bq, d), lambda b, h, i, j, *_: (b, h, i, 0)),
+      col=pl.BlockSpec((None, None, cfg.bq, _LANES), lambda b, h, i, j, *_: (b, h, i, 0)),
+      qseg=pl.BlockSpec((None, cfg.bq, _LANES), lambda b, h, i, j, *_: (b, i, 0)),
+      k=pl.BlockSpec((None, None, cfg.bk, d),
+                     lambda b, h, i, j, *p: (b, kv_head(h), raw_block(b, i, j, *p), 0)),
+      kseg=pl.BlockSpec((None, _SUBLANES, cfg.bk),
+                        lambda b, h, i, j, *p: (b, 0, raw_block(b, i, j, *p))),
+      e=pl.BlockSpec((None, None, cfg.bc, d),
+                     lambda b, h, i, j, *p: (b, kv_head(h), entry_block(b, i, j, *p), 0)),
+      erow=pl.BlockSpec((None, _SUBLANES, cfg.bc),
+                        lambda b, h, i, j, *p: (b, 0, entry_block(b, i, j, *p))),
+      sink=pl.BlockSpec((_SUBLANES, h), lambda *_: (0, 0), memory_space=pltpu.SMEM),
+  )
+
+
+def _q_major_steps(cfg: _Cfg, prefetch, raw_step, entry_step):
+  """Runs raw_step / entry_step on the active steps of this program.
+
+  Each gets a mask function: raw ``mask(s, kseg_rows, seg_q)``, entries ``mask(s, ends_rows,
+  eseg_rows, seg_q)``, with ``s`` the query x key score tile.
+  """
+  raw_lo, raw_n, _, ent_n = prefetch
+  b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+  t_pos = lambda shape: i * cfg.bq + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+  if cfg.window > 0:
+    @pl.when((j < cfg.raw_steps) & (j < raw_n[b, i]))
+    def _raw():
+      block = raw_lo[b, i] + j
+      raw_step(lambda s, kseg, seg_q: _raw_mask_q_major(cfg, t_pos(s.shape), block, kseg, seg_q))
+
+  e = j - cfg.raw_steps
+
+  @pl.when((e >= 0) & (e < ent_n[b, i]))
+  def _entries():
+    entry_step(lambda s, ends, eseg, seg_q: (ends[:1, :] <= t_pos(s.shape))
+               & (eseg[:1, :] == seg_q))
+
+
+def _raw_mask_q_major(cfg: _Cfg, t_pos, block, kseg, seg_q):
+  s_pos = block * cfg.bk + jax.lax.broadcasted_iota(jnp.int32, t_pos.shape, 1)
+  return (s_pos <= t_pos) & (s_pos > t_pos - cfg.window) & (kseg[:1, :] == seg_q)
+
+
+def _fwd_kernel(*refs, cfg: _Cfg):
+  prefetch, refs = refs[:4], list(refs[4:])
+  q_ref, qseg_ref = refs.pop(0), refs.pop(0)
+  k_ref, v_ref, kseg_ref = (refs.pop(0), refs.pop(0), refs.pop(0)) if cfg.window else (None,) * 3
+  ek_ref, ev_ref, eends_ref, eseg_ref, sink_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc = refs
+  h, j = pl.program_id(1), pl.program_id(3)
+
+  @pl.when(j == 0)
+  def _init():
+    sink = sink_ref[0, h]
+    m_sc[...] = jnp.full(m_sc.shape, sink, _F32)
+    l_sc[...] = jnp.full(l_sc.shape, jnp.where(sink == -jnp.inf, 0.0, 1.0), _F32)
+    acc_sc[...] = jnp.zeros(acc_sc.shape, _F32)
+
+  def update(s, mask, v):
+    s = jnp.where(mask, s, -jnp.inf)
+    m_prev, l_prev = m_sc[...], l_sc[...]
+    m_new = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
+    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    alpha = jnp.exp(m_prev - m_safe)
+    p = jnp.exp(s - m_safe[:, :1])
+    l_sc[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
+    m_sc[...] = m_new
+    acc_sc[...] = alpha[:, :1] * acc_sc[...] + _dot(p.astype(v.dtype), v, _NN)
+
+  q = q_ref[...]
+  seg_q = qseg_ref[...][:, :1]  # bq x 1
+
+  def raw_step(mask_fn):
+    s = _dot(q, k_ref[...], _NT) * cfg.scale
+    update(s, mask_fn(s, kseg_ref[...], seg_q), v_ref[...])
+
+  def entry_step(mask_fn):
+    s = _dot(q, ek_ref[...], _NT) * cfg.scale
+    update(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ev_ref[...])
+
+  _q_major_steps(cfg, prefetch, raw_step, entry_step)
+
+  @pl.when(j == cfg.raw_steps + cfg.entry_steps - 1)
+  def _finish():
+    denom = l_sc[...]
+    seen = denom > 0
+    o_ref[...] = (acc_sc[...] / jnp.where(seen, denom, 1.0)[:, :1]).astype(o_ref.dtype)
+    # Rows that saw nothing get lse 0: the backward masks every logit of such a row anyway.
+    m = jnp.where(m_sc[...] == -jnp.inf, 0.0, m_sc[...])
+    lse_ref[...] = jnp.where(seen, m + jnp.log(jnp.where(seen, denom, 1.0)), 0.0)
+
+
+def _dq_kernel(*refs, cfg: _Cfg):
+  prefetch, refs = refs[:4], list(refs[4:])
+  q_ref, qseg_ref = refs.pop(0), refs.pop(0)
+  k_ref, v_ref, kseg_ref = (refs.pop(0), refs.pop(0), refs.pop(0)) if cfg.window else (None,) * 3
+  ek_ref, ev_ref, eends_ref, eseg_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_sc = refs
+  j = pl.program_id(3)
+
+  @pl.when(j == 0)
+  def _init():
+    acc_sc[...] = jnp.zeros(acc_sc.shape, _F32)
+
+  q, do = q_ref[...], do_ref[...]
+  seg_q = qseg_ref[...][:, :1]
+
+  def grad_step(s, mask, k, v):
+    p = jnp.where(mask, jnp.exp(s - lse_ref[...][:, :1]), 0.0)
+    ds = p * (_dot(do, v, _NT) - delta_ref[...][:, :1])
+    acc_sc[...] += _dot(ds.astype(k.dtype), k, _NN)
+
+  def raw_step(mask_fn):
+    k = k_ref[...]
+    s = _dot(q, k, _NT) * cfg.scale
+    grad_step(s, mask_fn(s, kseg_ref[...], seg_q), k, v_ref[...])
+
+  def entry_step(mask_fn):
+    ek = ek_ref[...]
+    s = _dot(q, ek, _NT) * cfg.scale
+    grad_step(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ek, ev_ref[...])
+
+  _q_major_steps(cfg, prefetch, raw_step, entry_step)
+
+  @pl.when(j == cfg.raw_steps + cfg.entry_steps - 1)
+  def _finish():
+    dq_ref[...] = (acc_sc[...] * cfg.scale).astype(dq_ref.dtype)
+
+
+def _q_major_call(kernel, cfg: _Cfg, prefetch, q, k, v, qseg, kseg, ek, ev, eends, eseg, extra,
+                  extra_specs, out_shape, out_specs, scratch, name):
+  specs = _q_major_specs(cfg, q.shape[1], q.shape[-1])
+  raw = [k, v, kseg] if cfg.window else []
+  raw_specs = [specs["k"], specs["k"], specs["kseg"]] if cfg.window else []
+  b, h, tp = q.shape[:3]
+  return pl.pallas_call(
+      functools.partial(kernel, cfg=cfg),
+      grid_spec=pltpu.PrefetchScalarGridSpec(
+          num_scalar_prefetch=4,
+          grid=(b, h, cfg.nq, cfg.raw_steps + cfg.entry_steps),
+          in_specs=[specs["q"], specs["qseg"]] + raw_specs
+          + [specs["e"], specs["e"], specs["erow"], specs["erow"]]
+          + [specs[s] for s in extra_specs],
+          out_specs=[specs[s] for s in out_specs],
+          scratch_shapes=scratch),
+      out_shape=out_shape,
+      compiler_params=pltpu.CompilerParams(
+          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+      interpret=cfg.interpret,
+      name=name,
+  )(*prefetch, q, qseg, *raw, ek, ev, eends, eseg, *extra)
+
+
+# ------------------------------------------------------------------ dk and dv (key-major)
+
+
+def _dkv_kernel(qlo_ref, qn_ref, k_ref, v_ref, *refs, cfg: _Cfg, entries: bool, q_steps: int):
+  if entries:
+    eends_ref, eseg_ref, *refs = refs
+  else:
+    kseg_ref, *refs = refs
+  q_ref, do_ref, qseg_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs
+  b, c, s_idx = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+  qi = jax.lax.rem(s_idx, q_steps)
+
+  @pl.when(s_idx == 0)
+  def _init():
+    dk_sc[...] = jnp.zeros(dk_sc.shape, _F32)
+    dv_sc[...] = jnp.zeros(dv_sc.shape, _F32)
+
+  @pl.when(qi < qn_ref[b, c])
+  def _step():
+    k, v, q, do = k_ref[...], v_ref[...], q_ref[...], do_ref[...]
+    st = _dot(k, q, _NT) * cfg.scale  # keys x queries
+    t_pos = (qlo_ref[b, c] + qi) * cfg.bq + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1)
+    seg_q = qseg_ref[...][:1, :]
+    if entries:
+      mask = (eends_ref[...][:, :1] <= t_pos) & (eseg_ref[...][:, :1] == seg_q)
+    else:
+      s_pos = c * cfg.bk + jax.lax.broadcasted_iota(jnp.int32, st.shape, 0)
+      mask = ((s_pos <= t_pos) & (s_pos > t_pos - cfg.window)
+              & (kseg_ref[...][:, :1] == seg_q))
+    p = jnp.where(mask, jnp.exp(st - lse_ref[...][:1, :]), 0.0)
+    dv_sc[...] += _dot(p.astype(do.dtype), do, _NN)
+    ds = p * (_dot(v, do, _NT) - delta_ref[...][:1, :])
+    dk_sc[...] += _dot(ds.astype(q.dtype), q, _NN)
+
+  @pl.when(s_idx == cfg.group * q_steps - 1)
+  def _finish():
+    dk_ref[...] = (dk_sc[...] * cfg.scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+
+def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse_rows,
+              delta_rows, *, entries: bool):
+  b, kh, length, d = keys.shape
+  bk = cfg.bc if entries else cfg.bk
+  q_steps = cfg.nq if entries else cfg.raw_q_steps
+  g = cfg.group
+
+  def q_block(b_, c, s, qlo, qn):
+    return qlo[b_, c] + _clamp_step(jax.lax.rem(s, q_steps), qn[b_, c])
+
+  head = lambda kv, s: kv * g + jax.lax.div(s, q_steps)
+  key_spec = pl.BlockSpec((None, None, bk, d), lambda b_, kv, c, s, *_: (b_, kv, c, 0))
+  col_spec = pl.BlockSpec((None, bk, _LANES), lambda b_, kv, c, s, *_: (b_, c, 0))
+  q_spec = pl.BlockSpec((None, None, cfg.bq, d),
+                        lambda b_, kv, c, s, *p: (b_, head(kv, s), q_block(b_, c, s, *p), 0))
+  qrow_spec = pl.BlockSpec((None, _SUBLANES, cfg.bq),
+                           lambda b_, kv, c, s, *p: (b_, 0, q_block(b_, c, s, *p)))
+  hrow_spec = pl.BlockSpec((None, None, _SUBLANES, cfg.bq),
+                           lambda b_, kv, c, s, *p: (b_, head(kv, s), 0, q_block(b_, c, s, *p)))
+  return pl.pallas_call(
+      functools.partial(_dkv_kernel, cfg=cfg, entries=entries, q_steps=q_steps),
+      grid_spec=pltpu.PrefetchScalarGridSpec(
+          num_scalar_prefetch=2,
+          grid=(b, kh, length // bk, g * q_steps),
+          in_specs=[key_spec, key_spec] + [col_spec] * len(key_cols)
+          + [q_spec, q_spec, qrow_spec, hrow_spec, hrow_spec],
+          out_specs=[key_spec, key_spec],
+          scratch_shapes=[pltpu.VMEM((bk, d), _F32), pltpu.VMEM((bk, d), _F32)]),
+      out_shape=[jax.ShapeDtypeStruct(keys.shape, keys.dtype)] * 2,
+      compiler_params=pltpu.CompilerParams(
+          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+      interpret=cfg.interpret,
+      name="chunk_attention_dkv_entries_tpu" if entries else "chunk_attention_dkv_raw_tpu",
+  )(*prefetch, keys, values, *key_cols, q, do, qseg_rows, lse_rows, delta_rows)
+
+
+# ------------------------------------------------------------------ ranges, custom VJP, API
+
+
+def _ranges(cfg: _Cfg, seg, eends, eseg):
+  """Scalar-prefetch arrays: per query block (forward, dq) and per key/entry block (dk, dv)."""
+  b, tp = seg.shape
+  cp = eends.shape[1]
+  per = lambda x, n: x.reshape(b, -1, n)
+  cdiv = lambda x, n: -(-x // n)
+  kvlo = layout.raw_key_start(seg, cfg.window)
+  elo, ehi = layout.visible_entry_range(eends, eseg, seg)
+  raw_lo = jnp.min(per(kvlo, cfg.bq), axis=2) // cfg.bk
+  raw_hi = cdiv(jnp.arange(cfg.nq, dtype=jnp.int32) * cfg.bq + cfg.bq, cfg.bk)
+  ent_lo = jnp.min(per(elo, cfg.bq), axis=2) // cfg.bc
+  ent_n = jnp.maximum(cdiv(jnp.max(per(ehi, cfg.bq), axis=2), cfg.bc) - ent_lo, 0)
+  fwd = (raw_lo, raw_hi[None] - raw_lo, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
+  # Raw key s is seen by queries [s, min(s + window, end of its document)).
+  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + cfg.window, layout.document_ends(seg))
+  rq_lo = jnp.arange(tp // cfg.bk, dtype=jnp.int32)[None] * cfg.bk // cfg.bq
+  rq_n = cdiv(jnp.max(per(kqhi, cfg.bk), axis=2), cfg.bq) - rq_lo
+  eqlo, eqhi = layout.entry_query_range(eends, seg)
+  eq_lo = jnp.min(per(eqlo, cfg.bc), axis=2) // cfg.bq
+  eq_n = jnp.maximum(cdiv(jnp.max(per(eqhi, cfg.bc), axis=2), cfg.bq) - eq_lo, 0)
+  raw_bwd = (jnp.broadcast_to(rq_lo, rq_n.shape), jnp.minimum(rq_n, cfg.raw_q_steps))
+  entry_bwd = (jnp.minimum(eq_lo, cfg.nq - 1), eq_n)
+  as_int = lambda xs: tuple(x.astype(jnp.int32) for x in xs)
+  return as_int(fwd), as_int(raw_bwd), as_int(entry_bwd)
+
+
+def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
+  """Heads-major padded inputs -> (o_BxHxTpxD, lse_BxHxTpx128)."""
+  b, h, tp, d = q.shape
+  fwd, _, _ = _ranges(cfg, seg, eends, eseg)
+  sink8 = jnp.broadcast_to(sink[None, :], (_SUBLANES, h))
+  return _q_major_call(
+      _fwd_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
+      _rows(eseg), [sink8], ["sink"],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, tp, _LANES), _F32)],
+      ["q", "col"],
+      [pltpu.VMEM((cfg.bq, _LANES), _F32), pltpu.VMEM((cfg.bq, _LANES), _F32),
+       pltpu.VMEM((cfg.bq, d), _F32)], "chunk_attention_fwd_tpu")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
+  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink)[0]
+
+
+def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
+  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink)
+  return o, (q, k, v, seg, ek, ev, eends, eseg, sink, o, lse)
+
+
+def _attention_bwd(cfg, res, do):
+  q, k, v, seg, ek, ev, eends, eseg, sink, o, lse = res
+  fwd, raw_bwd, entry_bwd = _ranges(cfg, seg, eends, eseg)
+  delta = jnp.sum(o.astype(_F32) * do.astype(_F32), axis=-1)  # B x H x Tp
+  lse_t = lse[..., 0]
+  delta_col = jnp.broadcast_to(delta[..., None], delta.shape + (_LANES,))
+  dq = _q_major_call(
+      _dq_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
+      _rows(eseg), [do, lse, delta_col], ["q", "col", "col"],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype)], ["q"], [pltpu.VMEM((cfg.bq, q.shape[-1]), _F32)],
+      "chunk_attention_dq_tpu")[0]
+  hrows = lambda x: jnp.broadcast_to(x[:, :, None, :], x.shape[:2] + (_SUBLANES, x.shape[2]))
+  common = (q, do, _rows(seg), hrows(lse_t), hrows(delta))
+  dk = dv = jnp.zeros_like(k)
+  if cfg.window:
+    dk, dv = _dkv_call(cfg, raw_bwd, k, v, [_columns(seg)], *common, entries=False)
+  dek, dev = _dkv_call(cfg, entry_bwd, ek, ev, [_columns(eends), _columns(eseg)], *common,
+                       entries=True)
+  # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
+  dsink = -jnp.sum(jnp.exp(sink[None, :, None] - lse_t) * delta, axis=(0, 2))
+  return dq, dk, dv, None, dek, dev, None, None, dsink
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def _config(bs: AttentionBlockSizes, t: int, c: int, window: int, scale: float, group: int,
+            interpret):
+  bq, bk, bc = tpu_tile(bs.block_q, t), tpu_tile(bs.block_k, t), tpu_tile(bs.block_c, max(c, 1))
+  tp = round_up(t, math.lcm(bq, bk))
+  cp = round_up(max(c, 1), bc)  # C = 0: one block of padding entries
+  nq = tp // bq
+  raw_steps = 0 if window == 0 else min(tp // bk, -(-(bq + window - 1) // bk) + 1)
+  raw_q_steps = min(nq, -(-(bk + window - 1) // bq) + 1)
+  return _Cfg(window=window, scale=scale, group=group, bq=bq, bk=bk, bc=bc, nq=nq,
+              raw_steps=raw_steps, entry_steps=cp // bc, raw_q_steps=raw_q_steps,
+              interpret=interpret), tp, cp
+
+
+def chunk_attention_tpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
+                        entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, *, sink_H,
+                        window: int, scale: float, interpret, block_sizes: AttentionBlockSizes):
+  """Pallas Mosaic implementation of ``kernels.chunk_attention`` (same semantics)."""
+  interpret = interpret if isinstance(interpret, pltpu.InterpretParams) else bool(interpret)
+  b, t, h, d = q_BxTxHxD.shape
+  kh, c = k_BxTxKxD.shape[2], entry_k_BxCxKxD.shape[1]
+  cfg, tp, cp = _config(block_sizes, t, c, window, scale, h // kh, interpret)
+  heads_major = lambda x, n: jnp.swapaxes(pad_to(x, 1, n), 1, 2)
+  seg = pad_to(segment_ids_BxT.astype(jnp.int32), 1, tp, mode="edge")
+  eends = pad_to(entry_ends_BxC.astype(jnp.int32), 1, cp, layout.PAD_END)
+  eseg = pad_to(entry_segment_ids_BxC.astype(jnp.int32), 1, cp, layout.PAD_SEGMENT)
+  sink = jnp.full((h,), -jnp.inf, _F32) if sink_H is None else sink_H.astype(_F32)
+  o = _attention(cfg, heads_major(q_BxTxHxD, tp), heads_major(k_BxTxKxD, tp),
+                 heads_major(v_BxTxKxD, tp), seg, heads_major(entry_k_BxCxKxD, cp),
+                 heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink)
+  return jnp.swapaxes(o, 1, 2)[:, :t]

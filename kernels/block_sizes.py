@@ -1,0 +1,87 @@
+"""Tile sizes of the Pallas kernels, one small frozen dataclass per op.
+
+GPU (Triton) tiles must be powers of two and at least 16 on every matmul dimension; TPU
+(Mosaic) tiles want multiples of 128 on the lane (last) dimension and 8 on the sublane one.
+Inputs whose lengths do not tile are padded internally and sliced back, so the block sizes are
+upper bounds: a block never exceeds the padded length it tiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+def _check_positive(obj) -> None:
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    if isinstance(value, int) and value < 1:
+      raise ValueError(f"{type(obj).__name__}.{f.name} must be >= 1, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionBlockSizes:
+  """chunk_attention tiles: queries, raw keys and entries, forward and backward."""
+
+  block_q: int = 64  # queries per program (forward and dq)
+  block_k: int = 64  # raw keys per inner step
+  block_c: int = 64  # entries per inner step
+  block_q_bwd: int = 32  # queries per inner step of the dk/dv kernels
+  block_k_bwd: int = 32  # raw keys per program of the dk/dv kernel
+  block_c_bwd: int = 32  # entries per program of the entry dk/dv kernel
+  num_warps: int = 4  # Triton only
+  num_stages: int = 2  # Triton only
+
+  def __post_init__(self):
+    _check_positive(self)
+
+  @classmethod
+  def gpu(cls) -> AttentionBlockSizes:
+    return cls()
+
+  @classmethod
+  def tpu(cls) -> AttentionBlockSizes:
+    return cls(block_q=128, block_k=128, block_c=128, block_q_bwd=128, block_k_bwd=128,
+               block_c_bwd=128)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolBlockSizes:
+  """segment_pool tiles: entries per program, tokens per inner step, channels per program."""
+
+  block_c: int = 16
+  block_t: int = 32
+  block_n: int = 64
+  num_warps: int = 4  # Triton only
+  num_stages: int = 2  # Triton only
+
+  def __post_init__(self):
+    _check_positive(self)
+
+  @classmethod
+  def gpu(cls) -> PoolBlockSizes:
+    return cls()
+
+  @classmethod
+  def tpu(cls) -> PoolBlockSizes:
+    return cls(block_c=8, block_t=128, block_n=128)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeBlockSizes:
+  """decode_attention tiles: window slots and entries per inner step."""
+
+  block_w: int = 64
+  block_c: int = 64
+  num_warps: int = 4  # Triton only
+  num_stages: int = 2  # Triton only
+
+  def __post_init__(self):
+    _check_positive(self)
+
+  @classmethod
+  def gpu(cls) -> DecodeBlockSizes:
+    return cls()
+
+  @classmethod
+  def tpu(cls) -> DecodeBlockSizes:
+    return cls(block_w=128, block_c=128)

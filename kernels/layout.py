@@ -1,0 +1,130 @@
+"""The segment-packed layout: chunk structure from end flags, and per-query visibility ranges.
+
+Shape legend: B batch, T tokens, C entry capacity, N channels.
+
+Conventions shared by every kernel in this package:
+- A row holds one or more documents, each a contiguous run of equal ``segment_ids``; adjacent
+  documents have different ids (ids need not be sorted, but an id must not reappear later in
+  the same row: visibility ranges assume a document is one contiguous run).
+- ``ends_BxT[t]`` means "a chunk closes at t". A chunk starts at t == 0, after every end, and at
+  every document start. A document start never closes the previous chunk: tokens of a document
+  after its last end form an open chunk that produces no entry (the same rule as for the
+  row's final open chunk). So callers that want the last piece of a document pooled must set
+  its end flag themselves.
+- Entries are stored in order of their end position; unused capacity holds padding entries with
+  end ``PAD_END`` (never visible), segment id ``PAD_SEGMENT`` and zero values. Closed chunks
+  beyond the capacity are dropped (``num_entries`` tells how many were kept).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+PAD_END = 2**30  # end position of a padding entry: larger than any query position
+PAD_SEGMENT = -1  # segment id of a padding entry
+
+
+def document_starts(segment_ids_BxT: Array) -> Array:
+  """doc_start_BxT: position of the first token of t's document (t's contiguous run)."""
+  t = segment_ids_BxT.shape[1]
+  pos = jnp.arange(t, dtype=jnp.int32)
+  is_start = jnp.concatenate(
+      [jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool),
+       segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1]], axis=1)
+  return jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
+
+
+def document_ends(segment_ids_BxT: Array) -> Array:
+  """doc_end_BxT: one past the last token of t's document."""
+  t = segment_ids_BxT.shape[1]
+  pos = jnp.arange(t, dtype=jnp.int32)
+  is_last = jnp.concatenate(
+      [segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1],
+       jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool)], axis=1)
+  return jax.lax.cummin(jnp.where(is_last, pos + 1, t), axis=1, reverse=True)
+
+
+def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
+                        segment_ids_BxT: Array) -> tuple[Array, Array]:
+  """Per-query visible entry range [start_BxT, stop_BxT).
+
+  Query t sees entry c iff ``entry_ends[c] <= t`` and ``entry_segment_ids[c] ==
+  segment_ids[t]``. Entries are ordered by end and documents are contiguous runs, so the entries
+  visible to t are exactly those whose end lies in [doc_start(t), t]: a contiguous range.
+  Both bounds are non-decreasing in t over the whole row (start jumps at document starts), so a
+  block of queries [t0, t1] is covered by [start[t0], stop[t1]). An entry whose segment id
+  disagrees with the document its end lies in would fall inside the range without being
+  visible; kernels therefore still apply the exact per-entry mask inside the range.
+  """
+  del entry_segment_ids_BxC  # implied by the end position under the layout conventions
+  t = segment_ids_BxT.shape[1]
+  pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), segment_ids_BxT.shape)
+  doc_start_BxT = document_starts(segment_ids_BxT)
+  ends = entry_ends_BxC.astype(jnp.int32)
+  start = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="left"))(ends, doc_start_BxT)
+  stop = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="right"))(ends, pos_BxT)
+  start = start.astype(jnp.int32)
+  return start, jnp.maximum(stop.astype(jnp.int32), start)
+
+
+def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
+  """Token-to-entry map of the packed layout.
+
+  Returns ``(entry_of_token_BxT, pos_in_chunk_BxT, entry_ends_BxC, entry_segment_ids_BxC,
+  entry_starts_BxC, num_entries_B)``. ``entry_of_token`` is the entry a token is pooled into,
+  or ``capacity`` for tokens of open (never closed) chunks and of chunks beyond the capacity.
+  ``entry_starts`` is the first token of each entry's chunk (``PAD_END`` for padding).
+  """
+  b, t = ends_BxT.shape
+  pos = jnp.arange(t, dtype=jnp.int32)
+  ends = ends_BxT.astype(bool)
+  seg = segment_ids_BxT
+  new_doc = jnp.concatenate([jnp.ones((b, 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+  after_end = jnp.concatenate([jnp.ones((b, 1), bool), ends[:, :-1]], axis=1)
+  is_start = new_doc | after_end
+  chunk_start = jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
+  big = jnp.int32(t + 1)
+  next_end = jax.lax.cummin(jnp.where(ends, pos, big), axis=1, reverse=True)
+  next_start = jax.lax.cummin(jnp.where(is_start, pos, big), axis=1, reverse=True)
+  next_start_after = jnp.concatenate([next_start[:, 1:], jnp.full((b, 1), big)], axis=1)
+  closed = next_end < next_start_after
+  closes_before = jnp.cumsum(ends, axis=1, dtype=jnp.int32) - ends.astype(jnp.int32)
+  entry_of_token = jnp.where(closed & (closes_before < capacity), closes_before, capacity)
+
+  def scatter(values_T, fill):
+    # Only end tokens write, each to its own entry; the rest go to the dropped slot.
+    index = jnp.where(ends, entry_of_token, capacity)
+    return jax.vmap(
+        lambda i, x: jnp.full((capacity + 1,), fill, jnp.int32).at[i].set(x)[:capacity])(
+            index, values_T.astype(jnp.int32))
+
+  entry_ends = scatter(jnp.broadcast_to(pos, (b, t)), PAD_END)
+  entry_segment_ids = scatter(seg, PAD_SEGMENT)
+  entry_starts = scatter(chunk_start, PAD_END)
+  num_entries = jnp.minimum(jnp.sum(ends, axis=1, dtype=jnp.int32), capacity)
+  return (entry_of_token, pos - chunk_start, entry_ends, entry_segment_ids, entry_starts,
+          num_entries)
+
+
+def raw_key_start(segment_ids_BxT: Array, window: int) -> Array:
+  """First raw key position query t may see: max(t - window + 1, doc_start(t))."""
+  t = segment_ids_BxT.shape[1]
+  pos = jnp.arange(t, dtype=jnp.int32)
+  return jnp.maximum(pos - window + 1, document_starts(segment_ids_BxT))
+
+
+def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array) -> tuple[Array, Array]:
+  """Queries that may see each entry: [lo_BxC, hi_BxC) = [end, end of the end's document).
+
+  Padding entries (end beyond the row) get the empty range [T, T). Backward kernels loop over
+  these queries only.
+  """
+  t = segment_ids_BxT.shape[1]
+  inside = entry_ends_BxC < t
+  end = jnp.where(inside, entry_ends_BxC, 0).astype(jnp.int32)
+  doc_end = jnp.take_along_axis(document_ends(segment_ids_BxT), end, axis=1)
+  return (jnp.where(inside, end, t).astype(jnp.int32),
+          jnp.where(inside, doc_end, t).astype(jnp.int32))

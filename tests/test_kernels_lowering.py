@@ -1,0 +1,77 @@
+"""Every Pallas kernel lowers for CUDA (Triton) and TPU (Mosaic) at the benchmark's tile sizes.
+
+Lowering runs on CPU and catches block-shape, layout and unsupported-op errors long before a
+GPU or TPU is at hand (it does not run the backend compilers: Triton's and Mosaic's own
+passes happen on the device machine).
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import kernels
+from tests import kernel_cases as kc
+
+PLATFORMS = {"pallas_gpu": ("cuda", "__gpu$xla.gpu.triton"),
+             "pallas_tpu": ("tpu", "tpu_custom_call")}
+
+
+def _kernel_names(fn, *args, implementation):
+  platform, target = PLATFORMS[implementation]
+  text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+  assert target in text
+  names = re.findall(r'(?:kernel_)?name = "([\w.]+)"', text)
+  return {n for n in names if n.startswith(("chunk_attention", "segment_pool", "decode"))}
+
+
+@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
+def test_chunk_attention_lowers_forward_and_backward(implementation):
+  # Benchmark shapes in miniature: bf16, MQA, head dim 128, window 128, M = 4, default tiles.
+  args, kw = kc.attention_case(0, b=1, t=512, h=4, kh=1, d=128, m=4, docs=2, window=128,
+                               sink=True, dtype=jnp.bfloat16)
+  fwd = lambda *a: kernels.chunk_attention(*a, **kw, implementation=implementation)
+  loss = lambda q, k, v, ek, ev: fwd(q, k, v, args[3], ek, ev, *args[6:]).astype(
+      jnp.float32).sum()
+  # The loss needs the forward output so that the forward kernel is kept in the lowered text.
+  both = lambda q, k, v, ek, ev: jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(
+      q, k, v, ek, ev)
+  names = _kernel_names(both, *args[:3], *args[4:6], implementation=implementation)
+  if implementation == "pallas_gpu":
+    assert names == {"chunk_attention_fwd", "chunk_attention_dq", "chunk_attention_dkv_raw",
+                     "chunk_attention_dkv_entries"}
+  else:
+    assert names == {"chunk_attention_fwd_tpu", "chunk_attention_dq_tpu",
+                     "chunk_attention_dkv_raw_tpu", "chunk_attention_dkv_entries_tpu"}
+
+
+@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
+def test_segment_pool_lowers_forward_and_backward(implementation):
+  t, n = 512, 256
+  ends = (jnp.arange(t) % 4 == 3)[None]
+  seg = jnp.zeros((1, t), jnp.int32)
+
+  def loss(values, logits, slot_bias):
+    out = kernels.segment_pool(values, logits, ends, seg, capacity=t // 4,
+                               slot_bias_SxN=slot_bias, implementation=implementation)
+    return out[0].astype(jnp.float32).sum()
+
+  x = jnp.zeros((1, t, n), jnp.bfloat16)
+  names = _kernel_names(jax.value_and_grad(loss, argnums=(0, 1, 2)), x, x,
+                        jnp.zeros((4, n), jnp.float32), implementation=implementation)
+  assert names == {"segment_pool_gpu" if implementation == "pallas_gpu" else "segment_pool_tpu"}
+
+
+@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
+def test_decode_attention_lowers(implementation):
+  b, h, kh, d, w, c = 2, 8, 1, 128, 128, 4096
+  z = lambda *s: jnp.zeros(s, jnp.bfloat16)
+  fn = lambda *a: kernels.decode_attention(*a, implementation=implementation, num_splits=4)
+  names = _kernel_names(fn, z(b, h, d), z(b, w, kh, d), z(b, w, kh, d), jnp.ones((b, w), bool),
+                        z(b, c, kh, d), z(b, c, kh, d), jnp.full((b,), 1000, jnp.int32),
+                        implementation=implementation)
+  assert names == {"decode_attention_gpu" if implementation == "pallas_gpu"
+                   else "decode_attention_tpu"}

@@ -1,0 +1,171 @@
+"""Pallas kernels (interpret mode on CPU) against the references: outputs and gradients.
+
+Chunk layouts (M in {1, 3, 4, 8}, dynamic ends, documents in a row) are data, not shapes, so
+each test compiles a kernel once per shape and runs every layout through it: broad coverage at
+the price of a few compilations (interpret-mode compiles dominate the run time).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+
+import kernels
+from tests import kernel_cases as kc
+
+LAYOUTS = [(1, 1), (3, 2), (4, 3), (8, 2), ("dynamic", 3), ("dynamic", 1)]  # (M, documents)
+TOL = {jnp.float32: dict(atol=1e-5, rtol=1e-5), jnp.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+SMALL_GPU = kernels.AttentionBlockSizes(block_q=16, block_k=16, block_c=16, block_q_bwd=16,
+                                        block_k_bwd=16, block_c_bwd=16)
+SMALL_TPU = kernels.AttentionBlockSizes(block_q=8, block_k=16, block_c=8)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compiles():
+  # Interpret-mode kernels are large XLA programs; optimising them costs more than running them.
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)
+
+
+@functools.cache
+def _attention_with_grads(implementation, window, block_sizes, interpret=True):
+  """jit(q, k, v, seg, ek, ev, ends, eseg, sink, cotangent) -> (o, grads of <o, cotangent>)."""
+
+  def run(q, k, v, seg, ek, ev, ends, eseg, sink, ct):
+    def loss(q, k, v, ek, ev, sink):
+      o = kernels.chunk_attention(q, k, v, seg, ek, ev, ends, eseg, window=window, sink_H=sink,
+                                  implementation=implementation, interpret=interpret,
+                                  block_sizes=block_sizes)
+      return jnp.sum(o.astype(jnp.float32) * ct), o
+    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True)(
+        q, k, v, ek, ev, sink)
+    return o, grads
+
+  return jax.jit(run)
+
+
+def _check_attention(implementation, block_sizes, *, t, h, kh, d, window, sink, dtype,
+                     capacity=None):
+  kernel = _attention_with_grads(implementation, window, block_sizes)
+  reference = _attention_with_grads("xla", window, None)
+  for seed, (m, docs) in enumerate(LAYOUTS):
+    args, kw = kc.attention_case(seed, b=2, t=t, h=h, kh=kh, d=d, m=m, docs=docs, window=window,
+                                 capacity=capacity, dtype=dtype, sink=sink)
+    ct = jnp.asarray(np.random.default_rng(seed).standard_normal(args[0].shape), jnp.float32)
+    got_o, got_g = kernel(*args, kw["sink_H"], ct)
+    want_o, want_g = reference(*args, kw["sink_H"], ct)
+    assert np.isfinite(np.asarray(got_o, np.float32)).all(), (m, docs)
+    np.testing.assert_allclose(np.asarray(got_o, np.float32), np.asarray(want_o, np.float32),
+                               **TOL[dtype], err_msg=f"output, M={m}, docs={docs}")
+    names = ("dq", "dk", "dv", "d_entry_k", "d_entry_v", "d_sink")
+    for name, a, b in zip(names, got_g, want_g, strict=True):
+      if b is None:
+        continue
+      assert np.isfinite(np.asarray(a, np.float32)).all(), (name, m, docs)
+      np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                 **TOL[dtype], err_msg=f"{name}, M={m}, docs={docs}")
+
+
+# Odd lengths and head dims (padding), GQA ratios 1/2/4 and MQA with 3 heads, entries only
+# (window 0, so early queries see nothing), a window longer than the row, bf16; small tiles so
+# that blocks are really skipped.
+GPU_CASES = [
+    dict(t=37, h=3, kh=1, d=12, window=5, sink=True, dtype=jnp.float32),  # MQA, 3 heads, odd D
+    dict(t=48, h=4, kh=2, d=32, window=0, sink=False, dtype=jnp.float32),
+    dict(t=29, h=4, kh=4, d=16, window=40, sink=True, dtype=jnp.float32, capacity=9),
+    dict(t=40, h=8, kh=2, d=16, window=7, sink=False, dtype=jnp.bfloat16),
+]
+
+
+def _case_id(c):
+  return f"T{c['t']}H{c['h']}K{c['kh']}W{c['window']}"
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=_case_id)
+def test_pallas_gpu_attention_matches_reference_with_gradients(case):
+  _check_attention("pallas_gpu", SMALL_GPU, **case)
+
+
+TPU_CASES = [
+    dict(t=37, h=3, kh=1, d=12, window=5, sink=True, dtype=jnp.float32),
+    dict(t=32, h=2, kh=2, d=16, window=0, sink=False, dtype=jnp.bfloat16),
+]
+
+
+@pytest.mark.parametrize("case", TPU_CASES, ids=_case_id)
+def test_pallas_tpu_attention_matches_reference_with_gradients(case):
+  _check_attention("pallas_tpu", SMALL_TPU, **case)
+
+
+def test_pallas_tpu_attention_has_no_races_under_tpu_interpreter():
+  # The TPU interpreter reports races only through this module state (jax 0.10.2, pinned).
+  from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpreter
+  args, kw = kc.attention_case(0, b=1, t=16, h=2, kh=1, d=8, m=4, docs=2, window=3, sink=True)
+  params = pltpu.InterpretParams(detect_races=True)
+  got = kernels.chunk_attention(*args, **kw, implementation="pallas_tpu", interpret=params,
+                                block_sizes=kernels.AttentionBlockSizes(block_q=8, block_k=8,
+                                                                        block_c=8))
+  np.testing.assert_allclose(got, kernels.chunk_attention(*args, **kw), atol=1e-5)
+  assert tpu_interpreter.races is not None and not tpu_interpreter.races.races_found
+
+
+@functools.cache
+def _pool_with_grads(implementation, capacity, block_sizes):
+  def run(values, logits, ends, seg, slot_bias, ct):
+    def loss(values, logits, slot_bias):
+      out = kernels.segment_pool(values, logits, ends, seg, capacity=capacity,
+                                 slot_bias_SxN=slot_bias, implementation=implementation,
+                                 interpret=True, block_sizes=block_sizes)
+      return jnp.sum(out[0].astype(jnp.float32) * ct), out
+    (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+        values, logits, slot_bias)
+    return out, grads
+  return jax.jit(run)
+
+
+@pytest.mark.parametrize("implementation,block_sizes", [
+    ("pallas_gpu", kernels.PoolBlockSizes(block_t=16, block_n=16)),
+    ("pallas_tpu", kernels.PoolBlockSizes(block_t=8, block_n=128)),
+])
+def test_pallas_segment_pool_matches_reference_with_gradients(implementation, block_sizes):
+  b, t, n, capacity = 2, 45, 20, 12  # capacity below the chunk count for small M: overflow
+  kernel = _pool_with_grads(implementation, capacity, block_sizes)
+  reference = _pool_with_grads("xla", capacity, None)
+  for seed, (m, docs) in enumerate(LAYOUTS):
+    rng = np.random.default_rng(seed)
+    seg = jnp.asarray(kc.segment_ids(rng, b, t, docs))
+    ends = jnp.asarray(kc.end_flags(rng, np.asarray(seg), m))
+    f = lambda *s, rng=rng: jnp.asarray(rng.standard_normal(s), jnp.float32)
+    args = (f(b, t, n), 3 * f(b, t, n), ends, seg, f(4, n), f(b, capacity, n))
+    (got, got_g), (want, want_g) = kernel(*args), reference(*args)
+    for a, w in zip(got + got_g, want + want_g, strict=True):
+      assert np.isfinite(np.asarray(a)).all()
+      np.testing.assert_allclose(a, w, atol=1e-5, rtol=1e-5, err_msg=f"M={m}, docs={docs}")
+
+
+@pytest.mark.parametrize("implementation,block_sizes", [
+    ("pallas_gpu", kernels.DecodeBlockSizes(block_w=16, block_c=16)),
+    ("pallas_tpu", kernels.DecodeBlockSizes(block_w=128, block_c=8)),
+])
+def test_pallas_decode_matches_reference(implementation, block_sizes):
+  rng = np.random.default_rng(2)
+  f = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)
+  b, h, kh, d, w, c = 4, 8, 2, 16, 19, 45
+  q, wk, wv, ek, ev, sink = f(b, h, d), f(b, w, kh, d), f(b, w, kh, d), f(b, c, kh, d), f(
+      b, c, kh, d), f(h)
+  valid = jnp.asarray(rng.random((b, w)) < 0.5).at[0].set(False)
+  num_entries = jnp.asarray([0, 7, 30, 45])  # empty, inside one split, across splits, full
+  run = jax.jit(lambda *a: kernels.decode_attention(
+      *a, sink_H=sink, implementation=implementation, interpret=True, num_splits=3,
+      block_sizes=block_sizes))
+  got = run(q, wk, wv, valid, ek, ev, num_entries)
+  want = kernels.decode_attention(q, wk, wv, valid, ek, ev, num_entries, sink_H=sink)
+  assert np.isfinite(np.asarray(got)).all()
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
