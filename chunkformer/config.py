@@ -20,7 +20,8 @@ from typing import Any
 
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
-BOUNDARY_PREDICTORS = ("router", "delimiter")
+BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
+ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
 TASKS = ("kv", "code")
@@ -62,10 +63,12 @@ class AttentionConfig:
   stagger: str = "none"  # none | layers | heads: spread chunk offsets over layers or kv heads
   random_phase: bool = False  # training only: a random global chunk offset per row
   # Dynamic chunking (kind == "dynamic").
-  boundary: str = "router"  # router (learned, H-Net style) | delimiter (rule based)
+  boundary: str = "router"  # router (learned, H-Net) | delimiter (rule) | fixed (every M tokens)
+  router_rule: str = "start"  # router's p_t: t starts a chunk (H-Net) | t ends its chunk
   min_chunk: int = 1  # tokens; shortest chunk the predictor may close
   max_chunk: int = 16  # tokens; a chunk is forced closed at this length
   capacity_multiple: int = 8  # entry capacity per row padded to this multiple
+  entry_capacity: int = 0  # packed entries per row; 0 = ceil(seq_len / shortest chunk), padded
   delimiters: str = ""  # comma-separated token ids that close a chunk (delimiter rule)
   boundary_group: int = 0  # layers sharing one boundary prediction; 0 = all layers share
   ratio_loss_weight: float = 0.03  # weight of the H-Net compression-ratio loss
@@ -77,6 +80,7 @@ class AttentionConfig:
     _one_of(self.pooling, POOLINGS, f"{field}.pooling")
     _one_of(self.stagger, STAGGER_MODES, f"{field}.stagger")
     _one_of(self.boundary, BOUNDARY_PREDICTORS, f"{field}.boundary")
+    _one_of(self.router_rule, ROUTER_RULES, f"{field}.router_rule")
     _one_of(self.implementation, IMPLEMENTATIONS, f"{field}.implementation")
     _require(self.window >= 0, f"{field}.window", f"must be >= 0, got {self.window}")
     _require(self.chunk_size >= 1, f"{field}.chunk_size", f"must be >= 1, got {self.chunk_size}")
@@ -97,12 +101,26 @@ class AttentionConfig:
           f"{field}.max_chunk",
           f"must be >= min_chunk ({self.min_chunk}), got {self.max_chunk}",
       )
-      _require(
-          self.min_chunk <= self.chunk_size <= self.max_chunk,
-          f"{field}.chunk_size",
-          f"target chunk length {self.chunk_size} must lie in "
-          f"[min_chunk={self.min_chunk}, max_chunk={self.max_chunk}]",
-      )
+      if self.boundary != "fixed":  # fixed boundaries ignore min/max: every chunk has M tokens
+        _require(
+            self.min_chunk <= self.chunk_size <= self.max_chunk,
+            f"{field}.chunk_size",
+            f"target chunk length {self.chunk_size} must lie in "
+            f"[min_chunk={self.min_chunk}, max_chunk={self.max_chunk}]",
+        )
+      if self.boundary == "router":
+        _require(self.chunk_size >= 2, f"{field}.chunk_size",
+                 "the router's ratio loss N/(N-1)(...) needs a target chunk length >= 2")
+      _require(self.pooling in ("gated", "gated_no_bias", "mean"), f"{field}.pooling",
+               f"kind 'dynamic' pools variable chunks with gated | gated_no_bias | mean, "
+               f"got {self.pooling!r}")
+      for name in ("overlap", "random_phase"):
+        _require(not getattr(self, name), f"{field}.{name}",
+                 "not supported by kind 'dynamic' (a fixed-kind option)")
+      _require(self.topk == 0, f"{field}.topk", "not supported by kind 'dynamic'")
+      _require(self.stagger == "none", f"{field}.stagger",
+               "not supported by kind 'dynamic' (a fixed-kind option)")
+      _require(self.entry_capacity >= 0, f"{field}.entry_capacity", "must be >= 0 (0 = auto)")
       _require(
           self.capacity_multiple in (1, 8, 16, 128),
           f"{field}.capacity_multiple",
@@ -117,6 +135,13 @@ class AttentionConfig:
       if self.boundary == "delimiter":
         _require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
     del num_kv_heads
+
+  @property
+  def shortest_chunk(self) -> int:
+    """Fewest tokens a closed chunk of kind 'dynamic' can hold (bounds the entries per row)."""
+    if self.boundary == "fixed":  # the partial first chunk under an offset
+      return self.chunk_size - self.chunk_offset % self.chunk_size
+    return self.min_chunk
 
   @property
   def delimiter_ids(self) -> tuple[int, ...]:
@@ -337,11 +362,29 @@ class Config:
     self.train.validate()
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
+    for i, layer in enumerate(self.model.layers):
+      if layer.kind == "dynamic" and layer.entry_capacity:
+        rows = -(-self.data.seq_len // layer.shortest_chunk)
+        _require(layer.entry_capacity >= rows, f"model.attention[layer {i}].entry_capacity",
+                 f"{layer.entry_capacity} entries cannot hold the {rows} chunks of at least "
+                 f"{layer.shortest_chunk} tokens that a row of data.seq_len={self.data.seq_len} "
+                 "may close")
+    for i, layer in enumerate(self.model.layers):
+      if layer.kind == "fixed" and layer.topk:
+        capacity = -(-self.data.seq_len // layer.chunk_size)  # fixed entries per row
+        _require(layer.topk <= capacity, f"model.attention[layer {i}].topk",
+                 f"top-{layer.topk} exceeds the {capacity} entries of a row "
+                 f"(data.seq_len={self.data.seq_len}, chunk_size={layer.chunk_size})")
     needed = data.vocab_size_needed(self.data)
     _require(self.model.vocab_size >= needed, "model.vocab_size",
              f"data task {self.data.task!r} emits token ids up to {needed - 1}; "
              f"need >= {needed}, got {self.model.vocab_size}")
     return self
+
+
+def _deep_tuple(value: Any) -> Any:
+  """Lists back to tuples at every depth (JSON and ConfigDict turn tuples into lists)."""
+  return tuple(_deep_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def _build(cls, values: Mapping[str, Any], prefix: str):
@@ -355,7 +398,7 @@ def _build(cls, values: Mapping[str, Any], prefix: str):
     if dataclasses.is_dataclass(default):
       kwargs[key] = _build(type(default), value, f"{field}.")
     elif isinstance(default, tuple):
-      kwargs[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+      kwargs[key] = _deep_tuple(value)
     else:
       kwargs[key] = value
   return cls(**kwargs)

@@ -33,21 +33,24 @@ class Transformer(nn.Module):
   """tokens_BxT -> logits_BxTxV.
 
   ``positions_BxT`` default to 0..T-1 and ``segment_ids_BxT`` to a single document per row.
-  ``train`` switches on training-only behaviour (random chunk phases).
+  ``train`` switches on training-only behaviour (random chunk phases). ``decode`` appends the
+  tokens to each layer's cache in the ``cache`` collection instead (chunkformer/decode.py).
   """
 
   model: ModelConfig
 
   @nn.compact
   def __call__(self, tokens_BxT: Array, positions_BxT: Array | None = None,
-               segment_ids_BxT: Array | None = None, train: bool = False) -> Array:
+               segment_ids_BxT: Array | None = None, train: bool = False,
+               decode: bool = False) -> Array:
     m = self.model
     dtype = jnp.dtype(m.dtype)
     if positions_BxT is None:
       positions_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
     if segment_ids_BxT is None:
       segment_ids_BxT = jnp.zeros_like(tokens_BxT)
-    ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train)
+    ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train,
+                           decode=decode)
     embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),

@@ -62,9 +62,11 @@ def summarize(sums: Mapping[str, Array]) -> dict[str, float]:
   for group in ("near", "far"):
     if f"{group}_count" in sums:
       out[f"{group}_accuracy"] = ratio(sums[f"{group}_correct"], sums[f"{group}_count"])
+  # aux/ values are per-batch means: summed over batches (or steps), divide by their count.
+  batches = max(float(sums.get("aux_batches", 1.0)), 1.0)
   for key, value in sums.items():
     if key.startswith("aux/"):
-      out[key] = float(value)
+      out[key] = float(value) / batches
   return out
 
 
@@ -76,6 +78,7 @@ def loss_fn(params, model: nn.Module, batch: Mapping[str, Array], rng: Array | N
   aux_loss = _sum_sown(aux.get("aux_loss", {}))
   loss = sums["loss_sum"] / jnp.maximum(sums["count"], 1.0) + aux_loss
   sums["aux/loss"] = aux_loss
+  sums["aux_batches"] = jnp.ones((), jnp.float32)
   for path, value in jax.tree_util.tree_leaves_with_path(aux.get("aux_metrics", {})):
     name = "/".join(str(getattr(p, "key", p)) for p in path)
     sums[f"aux/{name}"] = jnp.mean(jnp.asarray(value))

@@ -5,10 +5,15 @@ To add a kind: write a module following the contract in ``common.py``, add its n
 """
 
 from chunkformer.attention.common import AttentionContext
+from chunkformer.attention.dynamic import DynamicAttention
+from chunkformer.attention.fixed import FixedAttention, WindowAttention
 from chunkformer.attention.full import FullAttention
 
 KINDS = {
     "full": FullAttention,
+    "window": WindowAttention,
+    "fixed": FixedAttention,
+    "dynamic": DynamicAttention,
 }
 
 

@@ -33,6 +33,8 @@ class AttentionContext:
   positions_BxT: Array  # position of each token inside its document
   segment_ids_BxT: Array  # document id per token; attention never crosses documents
   train: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  # Incremental decoding: kinds read and update their 'cache' collection (chunkformer/decode.py).
+  decode: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
 
 class QKVProjection(nn.Module):

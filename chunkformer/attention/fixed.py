@@ -1,0 +1,131 @@
+"""Fixed chunk compression (DeepSeek-V4 style) and sliding-window attention.
+
+``fixed``: one softmax over raw tokens in a sliding window of W and the compressed entries of
+fixed chunks of M tokens whose last token is <= t (same document), plus an optional learned
+per-head sink logit and an optional top-k selection of entries by a light indexer.
+``window``: the same without entries (sliding-window attention only).
+
+Entries come from ``Compressor`` modules: ``compressor`` (shared KV: one vector is both key and
+value, DeepSeek's layout) or ``key_compressor`` + ``value_compressor`` (attn.shared_kv=False).
+Chunk boundaries may be shifted per layer or kv head (stagger, chunk_offset) and by a random
+phase per row in training (rng stream 'phase'). With ``mutable=["intermediates"]`` the realised
+pooling weights (``.../compressor/pool_weights``) and the offsets (``chunk_offsets``) are sown.
+
+Indexer (attn.topk > 0), a simplified DeepSeek lightning indexer: one indexer query per kv
+head, ``indexer`` (x W_idx), scored against the entry keys; each query keeps the top-k visible
+entries by that score (hard selection). The indexer learns through a straight-through term:
+the selected entries' attention logits get ``score - stop_gradient(score)`` added (zero in the
+forward pass), so its gradient is the one it would get as an additive logit bias.
+
+Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
+the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
+buffer of static capacity; see ``chunkformer/attention/fixed_decode.py``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from chunkformer.attention import compressed_core, fixed_decode
+from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
+from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
+from chunkformer.config import AttentionConfig, ModelConfig
+from chunkformer.kvcache import common as cache_lib
+from chunkformer.layers import Projection
+
+Array = jax.Array
+
+
+class FixedAttention(nn.Module):
+  """The ``fixed`` kind (see module docstring); contract in attention/common.py."""
+
+  model: ModelConfig
+  attn: AttentionConfig
+  layer: int
+  uses_entries: ClassVar[bool] = True
+
+  @classmethod
+  def init_cache(cls, model: ModelConfig, attn: AttentionConfig, layer: int, batch: int,
+                 max_len: int) -> dict[str, Array]:
+    """An empty decoding cache for ``max_len`` tokens (see fixed_decode.init_state)."""
+    return fixed_decode.init_state(model, attn, layer, batch, max_len, cls.uses_entries)
+
+  def compressors(self) -> dict[str, Compressor]:
+    if not self.uses_entries:
+      return {}
+    m, a = self.model, self.attn
+    if a.shared_kv:
+      return {"kv": Compressor(m, a, token_shift=True, name="compressor")}
+    return {"k": Compressor(m, a, token_shift=True, name="key_compressor"),
+            "v": Compressor(m, a, token_shift=m.value_shift, name="value_compressor")}
+
+  @nn.compact
+  def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
+    m, a = self.model, self.attn
+    qkv = QKVProjection(m, name="qkv")
+    sink_H = None
+    if a.sink:
+      sink_H = self.param("sink", nn.with_logical_partitioning(nn.initializers.zeros, ("heads",)),
+                          (m.num_heads,))
+    compressors = self.compressors()
+    indexer = None
+    if compressors and a.topk:
+      indexer = Projection((m.num_kv_heads, m.head_dim), ("embed", "kv_heads", "head_dim"),
+                           name="indexer")
+    if ctx.decode:
+      state = self.variable("cache", "state", cache_lib.missing_cache)
+      if x_BxTxE.shape[1] == 1:
+        parts = fixed_decode.Parts(qkv, compressors, indexer, sink_H)
+        o, state.value = fixed_decode.step(m, a, self.layer, parts, x_BxTxE, state.value)
+      else:  # prefill: the parallel forward pass, then the cache it leaves behind
+        q, k, v = qkv(x_BxTxE, ctx)
+        o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, indexer, sink_H)
+        state.value = fixed_decode.prefill_state(m, a, self.layer, compressors, x_BxTxE, k, v,
+                                                 entries, state.value)
+    else:
+      q, k, v = qkv(x_BxTxE, ctx)
+      o, _ = self._forward(x_BxTxE, ctx, q, k, v, compressors, indexer, sink_H)
+    return OutputProjection(m, name="out")(o), shared
+
+  def _forward(self, x_BxTxE, ctx, q, k, v, compressors, indexer,
+               sink_H) -> tuple[Array, dict[str, Array]]:
+    """(o_BxTxHxD, entries_BxCxKxD per compressor stream)."""
+    m, a = self.model, self.attn
+    b, t, _ = x_BxTxE.shape
+    entries = {}
+    if compressors:
+      rng = self.make_rng("phase") if (ctx.train and a.random_phase) else None
+      offsets = chunk_offsets(m, a, self.layer, b, rng)
+      if offsets is not None:
+        self.sow("intermediates", "chunk_offsets", offsets)
+      chunks = fixed_chunks(t, a.chunk_size, offsets, b, m.num_kv_heads, ctx.positions_BxT,
+                            ctx.segment_ids_BxT)
+      for stream, comp in compressors.items():
+        entries[stream] = comp.compress(x_BxTxE, chunks, ctx.segment_ids_BxT)
+      ek = entries.get("kv", entries.get("k"))
+      select = bias = None
+      if indexer is not None:
+        visible = compressed_core.entry_visibility(
+            chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
+            jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
+        select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
+      o = compressed_core.compressed_attention(
+          q, k, v, ctx.segment_ids_BxT, window=a.window, entry_k_BxCxKxD=ek,
+          entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,
+          entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, entry_select_BxTxKxC=select,
+          entry_bias_BxTxKxC=bias, sink_H=sink_H)
+      return o, entries
+    o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
+                                             sink_H=sink_H)
+    return o, entries
+
+
+class WindowAttention(FixedAttention):
+  """The ``window`` kind: sliding-window attention over the last W raw tokens only."""
+
+  uses_entries: ClassVar[bool] = False
+

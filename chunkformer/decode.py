@@ -1,0 +1,102 @@
+"""Incremental decoding with per-layer caches: prefill, jitted one-token steps, greedy generation.
+
+Each layer's attention kind owns its cache (``Kind.init_cache``): ``full`` keeps every raw key
+and value; ``window`` a ring buffer of the last W; ``fixed`` that ring plus the open chunk's
+buffered slots and the closed entries (compressed cache). The caches live in the Flax ``cache``
+collection and are threaded explicitly through these functions; parameters are the training
+parameters, unchanged. Rows of a batch decode in lockstep (one shared position); a cache holds
+one document per row. ``cache_bytes`` measures the actual arrays.
+
+  logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len)
+  logits_BxV, cache = step(model, params, cache, tokens_Bx1)
+  tokens_BxN = generate(model, params, prompt_BxT, num_tokens)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from chunkformer.attention import attention_class
+from chunkformer.config import ModelConfig
+from chunkformer.model import Transformer
+
+Array = jax.Array
+
+
+def init_cache(model: ModelConfig, batch: int, max_len: int) -> dict:
+  """Empty caches of every layer for ``max_len`` tokens, as the ``cache`` collection."""
+  return {f"block_{layer}": {"attn": {"state": attention_class(attn.kind).init_cache(
+      model, attn, layer, batch, max_len)}} for layer, attn in enumerate(model.layers)}
+
+
+def cache_index(cache: dict) -> Array:
+  """Tokens written into the cache so far (every layer holds the same count)."""
+  return cache["block_0"]["attn"]["state"]["index"]
+
+
+def _apply(model: Transformer, params, cache: dict, tokens_BxT: Array, start) -> tuple[Array, dict]:
+  positions = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
+  logits, mutated = model.apply({"params": params, "cache": cache}, tokens_BxT, positions,
+                                decode=True, mutable=["cache"])
+  return logits, mutated["cache"]
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_len"))
+def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int) -> tuple[Array, dict]:
+  """Runs the prompt through the parallel forward pass into a fresh cache of ``max_len``.
+
+  Returns (logits_BxTxV of the prompt, cache).
+  """
+  if prompt_BxT.shape[1] > max_len:
+    raise ValueError(f"prompt of {prompt_BxT.shape[1]} tokens exceeds max_len {max_len}")
+  cache = init_cache(model.model, prompt_BxT.shape[0], max_len)
+  return _apply(model, params, cache, prompt_BxT, 0)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def step(model: Transformer, params, cache: dict, tokens_Bx1: Array) -> tuple[Array, dict]:
+  """Appends one token per row: (logits_BxV of that token, cache).
+
+  The caller keeps the total number of tokens within the cache's max_len: beyond it the
+  caches are full and the results are not defined (``generate`` checks this).
+  """
+  logits, cache = _apply(model, params, cache, tokens_Bx1, cache_index(cache))
+  return logits[:, 0], cache
+
+
+@functools.partial(jax.jit, static_argnames=("model", "num_tokens", "max_len"))
+def _generate(model, params, prompt_BxT, num_tokens, max_len):
+  logits, cache = prefill(model, params, prompt_BxT, max_len)
+  first = jnp.argmax(logits[:, -1], axis=-1).astype(prompt_BxT.dtype)
+
+  def body(carry, _):
+    token, cache = carry
+    logits, cache = step(model, params, cache, token[:, None])
+    return (jnp.argmax(logits, axis=-1).astype(token.dtype), cache), token
+
+  _, tokens_NxB = jax.lax.scan(body, (first, cache), None, length=num_tokens)
+  return tokens_NxB.T
+
+
+def generate(model: Transformer, params, prompt_BxT: Array, num_tokens: int,
+             max_len: int | None = None) -> Array:
+  """Greedy continuation: tokens_BxN (N = num_tokens) after the prompt."""
+  needed = prompt_BxT.shape[1] + num_tokens
+  max_len = needed if max_len is None else max_len
+  if needed > max_len:
+    raise ValueError(f"prompt + num_tokens = {needed} exceeds max_len {max_len}")
+  return _generate(model, params, prompt_BxT, num_tokens, max_len)
+
+
+def cache_bytes(cache: dict) -> int:
+  """Bytes held by the cache's arrays."""
+  return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(cache))
+
+
+def bytes_per_token(model: ModelConfig, max_len: int, batch: int = 1) -> float:
+  """Cache bytes per token of context for a cache sized for ``max_len`` tokens."""
+  shapes = jax.eval_shape(lambda: init_cache(model, batch, max_len))
+  return cache_bytes(shapes) / (batch * max_len)

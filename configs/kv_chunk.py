@@ -1,0 +1,60 @@
+"""Fixed chunk compression (DeepSeek-V4 layout) on synthetic key-value retrieval.
+
+  python train.py --config configs/kv_chunk.py --workdir workdirs/kv_chunk_m4
+
+Same model, data and schedule as configs/kv_full.py, but every layer attends to a sliding
+window of W = 8 raw tokens plus the entries of fixed chunks of M = 4 tokens (gated pooling with
+learned slot bias, shared-KV entries, RoPE at the chunk start), so that a needle more than
+``near_distance`` tokens back is reachable only through its compressed entry. The key token
+shift is off here (the faithful layout); the study runs it both ways.
+
+The study's variants (add to the command above, and use a workdir per variant):
+  M = 2, 4, 6, 8, 12:     --config.model.attention.chunk_size=2   (... =4, =6, =8, =12)
+  RoPE off:               --config.model.rope=False
+  uniform pooling:        --config.model.attention.pooling=mean
+  gate without slot bias: --config.model.attention.pooling=gated_no_bias
+  NSA-style MLP pooling:  --config.model.attention.pooling=mlp
+  overlap (CSA):          --config.model.attention.overlap=True
+  staggered offsets:      --config.model.attention.stagger=heads   (or =layers)
+  random phase (train):   --config.model.attention.random_phase=True
+  window size:            --config.model.attention.window=16
+  sink logit:             --config.model.attention.sink=True
+  key token shift:        --config.model.key_shift=2
+  DeepSeek-V4 alternation (CSA M=4 with top-k, HCA M=128):
+      --config.model.layer_pattern='chunk_size=4,overlap=true,topk=16;chunk_size=128'
+"""
+
+from configs import base
+
+
+def get_config():
+  c = base.get_config()
+  c.model.num_layers = 2
+  c.model.d_model = 64
+  c.model.num_heads = 4
+  c.model.num_kv_heads = 4
+  c.model.head_dim = 16
+  c.model.mlp_dim = 256
+  c.model.rope_fraction = 0.25  # 4 rotating dims per head: long-range content matching learns
+  c.model.vocab_size = 128  # the kv task uses 71 ids; a round size for sharding
+  c.model.key_shift = 0  # faithful DeepSeek-V4 layout: no local mixing before compression
+  c.model.attention.kind = "fixed"
+  c.model.attention.chunk_size = 4  # M, tokens per entry
+  c.model.attention.window = 8  # W, raw tokens in the sliding window
+  c.model.attention.pooling = "gated"  # learned gate + slot bias
+  c.model.attention.overlap = False
+  c.model.attention.shared_kv = True
+  c.data.task = "kv"
+  c.data.seq_len = 256
+  c.data.batch_size = 32
+  c.data.num_pairs = 16
+  c.data.num_queries = 16  # every needle is asked: 16 answers per row of training signal
+  c.data.near_distance = 64
+  c.train.steps = 1000
+  c.train.learning_rate = 3e-3
+  c.train.warmup_steps = 100
+  c.train.log_every = 50
+  c.train.eval_every = 250
+  c.train.eval_batches = 8
+  c.train.checkpoint_every = 250
+  return c
