@@ -1,0 +1,281 @@
+"""Sweep orchestration: train the variants that are missing, evaluate all, write the results.
+
+``run(config, DIR)`` with a sweep config (``sweep_config``):
+1. resolves and checks every variant (ConfigError before anything is trained or written);
+2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
+   (which resumes an interrupted run), showing the variant, step and ETA;
+3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains);
+4. writes ``DIR/results.json`` (schema of issue 5 plus extra fields), ``DIR/report.md`` with
+   the comparison table, verdicts and figures, and the figures under ``DIR/plots/``.
+
+A variant counts as finished when ``DIR/<variant>/final_metrics.json`` records its last step
+under the same config; it is then not retrained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from chunkformer import trainer
+from chunkformer import workdir as workdir_lib
+from chunkformer.evaluation import plots, report, sweep_config, variant_eval, verdicts
+from chunkformer.evaluation import trained as trained_lib
+
+RESULTS_FILE = "results.json"
+REPORT_FILE = "report.md"
+PLOTS_DIR = "plots"
+TRAIN_TIME_FILE = "sweep_train_time.json"
+
+
+class Interrupted(RuntimeError):
+  """Training of a variant stopped early (preemption); rerunning the command resumes it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  results_path: str
+  report_path: str
+  table: str  # the comparison table (markdown, aligned for a console)
+  records: list[dict[str, Any]]
+  verdicts: list[str]
+  wall_time_s: float
+
+
+def is_finished(variant: sweep_config.Variant) -> bool:
+  """Whether ``variant.workdir`` holds this variant's finished run (final metrics written)."""
+  if not variant.train:
+    return True
+  final = os.path.join(variant.workdir, workdir_lib.FINAL_METRICS_FILE)
+  recorded = os.path.join(variant.workdir, workdir_lib.CONFIG_FILE)
+  if not (os.path.exists(final) and os.path.exists(recorded)):
+    return False
+  with open(final) as f:
+    step = json.load(f).get("step")
+  with open(recorded) as f:
+    old = json.load(f)
+  diff = workdir_lib.differences(old, workdir_lib.config_json(variant.config))
+  same = all(k in workdir_lib.BOOKKEEPING_FIELDS for k in diff)
+  return same and step == variant.config.train.steps
+
+
+def _duration(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  m, s = divmod(int(round(seconds)), 60)
+  return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+
+
+class ProgressDisplay:
+  """Progress lines: which variant trains, its step, and ETAs for it and all training left."""
+
+  def __init__(self, name: str, to_train: Sequence[sweep_config.Variant]):
+    self.name = name
+    self.steps = [v.config.train.steps for v in to_train]
+    self.names = [v.name for v in to_train]
+    self.index = -1
+
+  def start(self, variant: sweep_config.Variant) -> None:
+    self.index = self.names.index(variant.name)
+    logging.info("[sweep %s] training %d/%d %r (%d steps) in %s", self.name, self.index + 1,
+                 len(self.names), variant.name, variant.config.train.steps, variant.workdir)
+
+  def __call__(self, progress: trainer.Progress) -> None:
+    if progress.split != "train":
+      return
+    later = sum(self.steps[self.index + 1:])
+    rate = progress.steps_per_sec
+    # Later variants are assumed to train at this variant's rate: a rough, honest guess.
+    total = progress.eta_s + (later / rate if rate > 0 else math.inf)
+    logging.info("[sweep %s] training %d/%d %r: step %d/%d (%d%%), %.1f steps/s, ETA %s for "
+                 "this variant, ~%s for all training left", self.name, self.index + 1,
+                 len(self.names), self.names[self.index], progress.step, progress.total_steps,
+                 100 * progress.step // max(progress.total_steps, 1), rate,
+                 _duration(progress.eta_s), _duration(total))
+
+
+def _train_time(variant: sweep_config.Variant, add: float = 0.0) -> float | None:
+  """Training wall time spent by sweeps on this variant, accumulated over resumes."""
+  path = os.path.join(variant.workdir, TRAIN_TIME_FILE)
+  spent = None
+  if os.path.exists(path):
+    with open(path) as f:
+      spent = json.load(f).get("wall_s")
+  if add:
+    spent = (spent or 0.0) + add
+    workdir_lib.write_json(variant.workdir, TRAIN_TIME_FILE, {"wall_s": spent})
+  return spent
+
+
+def _jsonable(value: Any) -> Any:
+  if isinstance(value, dict):
+    return {str(k): _jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_jsonable(v) for v in value]
+  if isinstance(value, np.ndarray):
+    return _jsonable(value.tolist())
+  if isinstance(value, np.bool_):
+    return bool(value)
+  if isinstance(value, np.integer):
+    return int(value)
+  if isinstance(value, (float, np.floating)):
+    value = float(value)
+    return value if math.isfinite(value) else None
+  return value
+
+
+def _write_atomic(path: str, text: str) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> str:
+  s = sweep.settings
+  spec = sweep.needle_spec()
+  lines = [
+      f"Command: `{command}`" if command else "",
+      f"Date: {date}; wall time {_duration(wall)} ({wall:.0f} s, this invocation); seed "
+      f"{s.seed}; machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
+      f"on {jax.default_backend()}.",
+      f"Needle shift sweep: K = {spec.num_offsets} consecutive offsets at depths "
+      f"{', '.join(f'{d:g}' for d in spec.depths)} (0 = far), S = {spec.num_haystacks} "
+      f"haystacks, window starts aligned to {spec.align} tokens; the table reads the far "
+      "depth. Prefix probe: "
+      + (f"N = 0..{sweep.prefix_spec().max_prefix}, {s.prefix_prompts} prompts."
+         if s.prefix_prompts else "off."),
+      "",
+      "Overrides of every variant: " + (", ".join(
+          f"{k}={val}" for k, val in sweep.shared_overrides.items()) or "none") + ".",
+      "",
+      "| variant | source | its own overrides |",
+      "|:--|:--|:--|",
+  ]
+  for v in sweep.variants:
+    own = {k: val for k, val in v.overrides.items()
+           if k not in sweep.shared_overrides or sweep.shared_overrides[k] != val}
+    lines.append(f"| {v.name} | `{v.source}` | "
+                 f"{', '.join(f'{k}={val}' for k, val in own.items()) or '-'} |")
+  return "\n".join(lines)
+
+
+def _extra_sections(records: Sequence[dict[str, Any]]) -> str:
+  lines = []
+  if any(r.get("depths") for r in records):
+    lines += ["", "## Needle sweep by depth", "",
+              "| variant | depth | distance | accuracy | max gap | periodic share | period | p |",
+              "|:--|:--|--:|--:|--:|--:|--:|--:|"]
+  for r in records:
+    for d in r.get("depths") or []:
+      lines.append(f"| {r['name']} | {d['depth_name']} | {d['mean_distance']:.0f} | "
+                   f"{d['mean_accuracy']:.3f} | {d['max_gap']:.3f} | {d['periodic_share']:.3f} | "
+                   f"{d['detected_period'] or 'none'} | {d['p_value']:.3g} |")
+  dynamic = [r for r in records if r.get("chunk_phase")]
+  if dynamic:
+    lines += ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
+              "| variant | phases | weakest phase | accuracy there | max gap | p |",
+              "|:--|--:|--:|--:|--:|--:|"]
+    for r in dynamic:
+      c = r["chunk_phase"]
+      weakest = min((a, p) for a, p in zip(c["accuracy_by_phase"], c["phases"], strict=True)
+                    if a is not None)
+      lines.append(f"| {r['name']} | 0..{max(c['phases'])} | {c['weakest_phase']} | "
+                   f"{weakest[0]:.3f} | {c['max_gap']:.3f} | {c['phase_p_value']:.3g} |")
+  probes = [r for r in records if r.get("prefix_probe")]
+  if probes:
+    lines += ["", "## Prefix probe (accuracy vs prefix length N, phase N mod M)", "",
+              "| variant | N | accuracy | max gap | periodic share | period | p | boundary "
+              "agreement (min) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in probes:
+      p = r["prefix_probe"]
+      agreement = p.get("boundary_agreement_by_prefix")
+      lines.append(f"| {r['name']} | 0..{p['offsets'][-1]} | {p['mean_accuracy']:.3f} | "
+                   f"{p['max_gap']:.3f} | {p['periodic_share']:.3f} | "
+                   f"{p['detected_period'] or 'none'} | {p['p_value']:.3g} | "
+                   f"{'-' if agreement is None else f'{min(agreement):.3f}'} |")
+  gains = [r for r in records if r.get("slot_gain")]
+  if gains:
+    lines += ["", "## Slot gains (preferred phase = weight centre of mass in the chunk)", "",
+              "| variant | layer | stream | slots | realised preferred phase per head | "
+              "slot-bias preferred phase per head |", "|:--|--:|:--|--:|:--|:--|"]
+    for r in gains:
+      for site in r["slot_gain"]["sites"]:
+        def fmt(values):
+          return "-" if values is None else ", ".join(
+              "-" if v is None else f"{v:.2f}" for v in values)
+        lines.append(f"| {r['name']} | {site['layer']} | {site['stream']} | {site['slots']} | "
+                     f"{fmt(site['preferred_phase'])} | {fmt(site['bias_preferred_phase'])} |")
+  return "\n".join(lines) + "\n"
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote."""
+  began = time.time()
+  sweep = sweep_config.resolve(config, workdir)
+  s = sweep.settings
+  to_train = [v for v in sweep.variants if not is_finished(v)]
+  display = ProgressDisplay(s.name, to_train)
+  for variant in sweep.variants:
+    if variant.name in display.names:
+      display.start(variant)
+      start = time.time()
+      final = trainer.train(variant.config, variant.workdir, progress=display)
+      _train_time(variant, time.time() - start)
+      if final.get("preempted"):
+        raise Interrupted(f"sweep variant {variant.name!r} stopped at step {final['step']} "
+                          "(preempted, checkpoint saved); rerun the same command to resume")
+    else:
+      logging.info("[sweep %s] %r: finished run in %s, not retrained", s.name, variant.name,
+                   variant.workdir)
+  plots_dir = os.path.join(workdir, PLOTS_DIR)
+  records = []
+  for i, variant in enumerate(sweep.variants):
+    logging.info("[sweep %s] evaluating %d/%d %r", s.name, i + 1, len(sweep.variants),
+                 variant.name)
+    start = time.time()
+    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep, plots_dir)
+    record["eval_wall_s"] = time.time() - start
+    record["train_wall_s"] = _train_time(variant)
+    records.append(record)
+  lines = verdicts.decide(records)
+  reference = s.reference_chunk_size
+  overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
+      os.path.join(plots_dir, "comparison.png"), {r["name"]: r for r in records},
+      chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
+  wall = time.time() - began
+  date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+  results = _jsonable({
+      "sweep": s.name, "command": command, "date": date, "seed": s.seed, "wall_time_s": wall,
+      "settings": dataclasses.asdict(s), "num_offsets": sweep.num_offsets,
+      "window_align": sweep.align, "chunk_sizes_in_play": list(sweep.chunk_sizes),
+      "verdicts": lines, "report": REPORT_FILE,
+      "variants": [{k: (_relative_images(v, workdir) if k == "images" else v)
+                    for k, v in r.items()} for r in records],
+  })
+  os.makedirs(workdir, exist_ok=True)
+  results_path = os.path.join(workdir, RESULTS_FILE)
+  _write_atomic(results_path, json.dumps(results, indent=1, sort_keys=False) + "\n")
+  report_path = os.path.join(workdir, REPORT_FILE)
+  text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
+                              intro=_intro(sweep, command, date, wall), images=overview,
+                              directory=workdir)
+  _write_atomic(report_path, text + _extra_sections(records))
+  return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
+                 wall)
+
+
+def _relative_images(images: dict[str, str], workdir: str) -> dict[str, str]:
+  return {k: os.path.relpath(v, workdir) for k, v in images.items()}

@@ -1,0 +1,268 @@
+"""One trained variant of a sweep, evaluated: the record behind its results.json entry.
+
+A record holds the schema fields of issue 5 (name, attention, chunk_size, rope, pooling,
+overlap, stagger, key_shift, compression_ratio, mean_accuracy, max_gap, periodic_share,
+detected_period, p_value, offsets, accuracy_by_offset, accuracy_by_phase) and more:
+
+- the primary analysis (``stats.analyze``, every field at the top level): the needle shift
+  sweep at the far depth for retrieval models (``primary_probe`` "needle"), the prefix probe
+  for code models ("prefix"); ``mean_accuracy`` = ``far_accuracy`` is its mean accuracy;
+- ``depths``: the needle sweep at every depth, ``all_depths``: all depths pooled (window starts
+  share their phase, see ``needle_sweep``); ``prefix_probe``; ``slot_gain``; ``heldout``: the
+  training run's final held-out metrics;
+- ``images``: caption -> PNG path, for the report.
+
+Phases: the top-level per-phase fields, ``max_gap`` and ``p_value`` group offsets by
+``offset mod M`` for every variant (a positional blind spot, comparable across variants); every
+M of the model is in ``by_chunk_size``, and a model without chunks (full attention) is read at
+the sweep's reference M first, then at every other M in play. Dynamic models are also read
+relative to the chunk the needle actually landed in (``chunk_phase``), and their compression
+ratio is measured from the end flags they used, never assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from chunkformer import data as data_lib
+from chunkformer import workdir as workdir_lib
+from chunkformer.evaluation import (
+  boundaries,
+  needle_sweep,
+  plots,
+  prefix_probe,
+  probe_plots,
+  slot_gain,
+  stats,
+)
+from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.sweep_config import Sweep, Variant, chunk_sizes
+
+# Nested analyses (per depth, prefix probe) drop these bulky fields.
+_NESTED_DROP = ("period_scan", "spectrum")
+# The per-phase fields of an analysis grouped by the phase inside the actual (dynamic) chunk.
+_CHUNK_PHASE_KEYS = ("phases", "accuracy_by_phase", "accuracy_by_phase_low",
+                     "accuracy_by_phase_high", "weakest_phase", "max_gap", "max_gap_low",
+                     "max_gap_high", "phase_p_value")
+
+
+def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_lib.Predictor:
+  """Predictions plus the dynamic end flags (``ends``) and the slot-gain sums, per row."""
+  model = trained.config.model
+
+  def extract(collections, rows):
+    intermediates = collections.get(trained_lib.INTERMEDIATES, {})
+    out = slot_gain.extract(intermediates)
+    ends = boundaries.end_flags(model, intermediates, rows["inputs"], rows["positions"],
+                                rows["segment_ids"])
+    if ends is not None:
+      out["ends"] = ends.astype(np.int8)
+    return out
+
+  return trained_lib.Predictor(trained, batch_size, extract=extract,
+                               capture=boundaries.capture_filter(model))
+
+
+def describe(variant: Variant) -> dict[str, Any]:
+  """The variant's descriptive schema fields, read from its resolved config."""
+  m = variant.config.model
+  layers = m.layers
+  compressed = [layer for layer in layers if layer.kind in ("fixed", "dynamic")]
+  first = compressed[0] if compressed else m.attention
+  if any(layer.kind == "dynamic" for layer in layers):
+    attention = "dynamic"
+  elif compressed:
+    attention = "fixed"
+  else:
+    attention = "full"  # full or sliding-window layers only: no chunk grid (see layer_kinds)
+  chunking = attention
+  if attention == "dynamic":
+    chunking = f"dynamic/{first.boundary}"
+  elif attention == "fixed":
+    tags = [t for t, on in (("overlap", first.overlap), (f"stagger-{first.stagger}",
+                                                         first.stagger != "none"),
+                            ("random-phase", first.random_phase)) if on]
+    chunking = "/".join(["fixed"] + tags)
+  if m.key_shift:
+    chunking += f"+shift{m.key_shift}"
+  data = variant.config.data
+  return {
+      "name": variant.name,
+      "variant": variant.name,
+      "attention": attention,
+      "chunking": chunking,
+      "layer_kinds": [layer.kind for layer in layers],
+      "chunk_size": first.chunk_size if compressed else None,
+      "chunk_sizes": list(chunk_sizes(m)),
+      "rope": bool(m.rope),
+      "pooling": first.pooling,
+      "overlap": bool(compressed and first.overlap),
+      "stagger": bool(compressed and first.stagger != "none"),
+      "stagger_mode": first.stagger if compressed else "none",
+      "random_phase": bool(compressed and first.random_phase),
+      "key_shift": bool(m.key_shift),
+      "key_shift_width": m.key_shift,
+      "window": first.window,
+      "task": data.task,
+      "key_len": data.key_len,
+      "value_len": data.value_len,
+      "seq_len": data.seq_len,
+      "seed": variant.config.seed,
+      "source": variant.source,
+      "overrides": {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                    for k, v in variant.overrides.items()},
+      "workdir": variant.workdir,
+  }
+
+
+def _nested(analysis: dict[str, Any]) -> dict[str, Any]:
+  return {k: v for k, v in analysis.items() if k not in _NESTED_DROP}
+
+
+def _heldout_rows(trained: trained_lib.TrainedModel, count: int) -> dict[str, np.ndarray]:
+  config = trained.config
+  batches, have, step = [], 0, 0
+  while have < count:
+    batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
+    batches.append(batch)
+    have += batch["inputs"].shape[0]
+    step += 1
+  return {k: np.concatenate([b[k] for b in batches])[:count] for k in batches[0]}
+
+
+def _phase_sizes(variant: Variant, sweep: Sweep) -> list[int]:
+  own = list(chunk_sizes(variant.config.model))
+  if own:
+    return own
+  reference = sweep.settings.reference_chunk_size
+  return [reference] + [m for m in sweep.chunk_sizes if m != reference]
+
+
+def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
+             plots_dir: str) -> dict[str, Any]:
+  """The variant's record (module docstring); figures go to ``plots_dir``."""
+  settings = sweep.settings
+  sizes = _phase_sizes(variant, sweep)
+  analyze_kw = dict(seed=settings.seed, num_resamples=settings.num_resamples,
+                    num_permutations=settings.num_permutations)
+  predictor = _predictor(trained, settings.eval_batch_size)
+  record = describe(variant)
+  record["trained_steps"] = trained.step
+  images: dict[str, str] = {}
+  primary = None
+  ratio_rows = None
+
+  if variant.config.data.task == "kv":
+    depth_results = needle_sweep.run(predictor, needle_sweep.build(variant.config.data,
+                                                                   sweep.needle_spec()))
+    far = min(depth_results, key=lambda r: r.depth)
+    primary = stats.analyze(far.correct_SxK, far.offsets_K, sizes, **analyze_kw)
+    record["primary_probe"] = "needle"
+    record["primary_depth"] = far.name
+    record["token_accuracy_by_offset"] = far.token_accuracy_SxK.mean(axis=0).tolist()
+    record["depths"] = []
+    for result in depth_results:
+      analysis = _nested(stats.analyze(result.correct_SxK, result.offsets_K, sizes,
+                                       **analyze_kw))
+      analysis.update(depth=result.depth, depth_name=result.name,
+                      mean_distance=result.mean_distance,
+                      token_accuracy=float(result.token_accuracy_SxK.mean()),
+                      compression_ratio=result.compression_ratio)
+      record["depths"].append(analysis)
+    pooled = np.concatenate([r.correct_SxK for r in depth_results])
+    record["all_depths"] = _nested(stats.analyze(pooled, far.offsets_K, sizes, **analyze_kw))
+    if far.phases_SxK is not None:
+      chunk_phase = stats.analyze(far.correct_SxK, far.offsets_K, sizes, phases=far.phases_SxK,
+                                  **analyze_kw)
+      record["chunk_phase"] = {k: chunk_phase[k] for k in _CHUNK_PHASE_KEYS}
+      images["accuracy per phase inside the actual chunk"] = plots.plot_phase_accuracy(
+          os.path.join(plots_dir, f"{variant.name}_chunk_phases.png"), chunk_phase["phases"],
+          chunk_phase["accuracy_by_phase"], chunk_phase["accuracy_by_phase_low"],
+          chunk_phase["accuracy_by_phase_high"], xlabel="needle phase inside its actual chunk",
+          title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
+    record["near_accuracy"] = max(depth_results, key=lambda r: r.depth).correct_SxK.mean()
+    ratio_rows = far
+
+  if settings.prefix_prompts:
+    probe_rows = prefix_probe.build(variant.config.data, sweep.prefix_spec())
+    probe = prefix_probe.run(predictor, probe_rows)
+    analysis = stats.analyze(probe.correct_SxK, probe.prefixes_K, sizes, **analyze_kw)
+    nested = _nested(analysis)
+    nested["token_accuracy_by_prefix"] = probe.token_accuracy_SxK.mean(axis=0).tolist()
+    if probe.code_accuracy_SxK is not None:
+      nested["code_accuracy_by_prefix"] = probe.code_accuracy_SxK.mean(axis=0).tolist()
+    if probe.boundary_agreement_K is not None:
+      nested["boundary_agreement_by_prefix"] = probe.boundary_agreement_K.tolist()
+    record["prefix_probe"] = nested
+    extra = {}
+    if probe.code_accuracy_SxK is not None:
+      extra["code byte accuracy"] = nested["code_accuracy_by_prefix"]
+    if probe.boundary_agreement_K is not None:
+      extra["boundary agreement"] = nested["boundary_agreement_by_prefix"]
+    images["prefix probe: accuracy vs prefix length"] = probe_plots.plot_prefix_probe(
+        os.path.join(plots_dir, f"{variant.name}_prefix.png"), probe.prefixes_K,
+        analysis["accuracy_by_offset"], analysis["accuracy_by_offset_low"],
+        analysis["accuracy_by_offset_high"], chunk_size=sizes[0], extra=extra,
+        title=f"{variant.name}: prefix probe (p = {analysis['p_value']:.3g} at M={sizes[0]})")
+    if primary is None:
+      primary = analysis
+      record["primary_probe"] = "prefix"
+
+  if primary is None:
+    raise ValueError(f"variant {variant.name!r}: a code model needs the prefix probe "
+                     "(sweep.prefix_prompts > 0)")
+  record.update({k: v for k, v in primary.items() if k not in record})
+  record["far_accuracy"] = primary["mean_accuracy"]
+  if record["primary_probe"] == "needle":
+    images = dict(plots.write_analysis_plots(primary, plots_dir, variant.name), **images)
+  else:
+    images["accuracy per phase of the prefix"] = plots.plot_phase_accuracy(
+        os.path.join(plots_dir, f"{variant.name}_phases.png"), primary["phases"],
+        primary["accuracy_by_phase"], primary["accuracy_by_phase_low"],
+        primary["accuracy_by_phase_high"], xlabel="phase (prefix length N mod M)",
+        title=f"{variant.name}: prefix probe accuracy per phase (M={sizes[0]})")
+
+  record["slot_gain"] = None
+  if settings.slot_gain_rows:
+    rows = _heldout_rows(trained, settings.slot_gain_rows)
+    out = predictor(rows)
+    sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
+    gains = slot_gain.analyze(trained.params, variant.config.model, sums)
+    if gains["sites"]:
+      record["slot_gain"] = gains
+      for slots, grid in slot_gain.gain_grids(gains).items():
+        images[f"realised slot gain (S'={slots})"] = plots.plot_slot_gains(
+            os.path.join(plots_dir, f"{variant.name}_slot_gain_{slots}.png"), grid,
+            title=f"{variant.name}: realised pooling weight x slots (layers x heads)",
+            value_label="gain (1 = uniform)")
+    if "ends" in out:
+      record["heldout_compression_ratio"] = needle_sweep.compression_ratio(out["ends"])
+
+  record["compression_ratio"] = _compression_ratio(record, ratio_rows)
+  record["heldout"] = _final_metrics(variant.workdir)
+  record["images"] = images
+  return record
+
+
+def _compression_ratio(record: dict[str, Any], far) -> float:
+  """Tokens per compressed entry: 1 for full attention, M for fixed, measured for dynamic."""
+  if record["attention"] == "full":
+    return 1.0
+  if record["attention"] == "fixed":
+    return float(record["chunk_size"])
+  measured = record.get("heldout_compression_ratio")
+  if measured is None and far is not None:
+    measured = far.compression_ratio
+  return None if measured is None else float(measured)
+
+
+def _final_metrics(workdir: str) -> dict[str, Any] | None:
+  path = os.path.join(workdir, workdir_lib.FINAL_METRICS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get("heldout")

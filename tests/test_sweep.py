@@ -1,0 +1,326 @@
+"""Periodicity sweeps: construction invariants, bad input, results schema, resumption."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from chunkformer import config as config_lib
+from chunkformer import data as data_lib
+from chunkformer import runtime as runtime_lib
+from chunkformer import trainer
+from chunkformer.config import ConfigError, DataConfig
+from chunkformer.data import code, kv
+from chunkformer.evaluation import (
+  boundaries,
+  needle_sweep,
+  prefix_probe,
+  slot_gain,
+  sweep,
+  sweep_config,
+  variant_eval,
+  verdicts,
+)
+from chunkformer.evaluation import trained as trained_lib
+from configs import smoke
+from configs.sweeps import sweep_config as make_sweep
+from configs.sweeps import variant
+
+KV = DataConfig(seq_len=96, num_pairs=6, key_len=2, value_len=2, num_queries=2,
+                num_symbols=16, near_distance=30)
+SPEC = needle_sweep.NeedleSweepSpec(num_offsets=12, num_haystacks=3, depths=(0.0, 0.5, 1.0),
+                                    align=4, seed=5)
+# A few training steps of configs/smoke.py, evaluated on a tiny sweep.
+TINY = dict(name="tiny", num_offsets=12, num_haystacks=3, depths=(0.0, 1.0), prefix_prompts=2,
+            prefix_max=8, slot_gain_rows=8, eval_batch_size=8, num_resamples=50,
+            num_permutations=50)
+SMOKE = variant("configs/smoke.py", {"train.steps": 2, "train.checkpoint_every": 2})
+
+
+@pytest.mark.parametrize("depth_index", [0, 1, 2])
+def test_sweep_rows_differ_only_in_the_moved_needle(depth_index):
+  rows = needle_sweep.build(KV, SPEC)[depth_index]
+  num_haystacks, num_offsets = rows.shape
+  start, stop = needle_sweep.window(KV, SPEC, rows.depth)
+  assert start % SPEC.align == 0
+  np.testing.assert_array_equal(rows.offsets_K, np.arange(start, start + num_offsets))
+  inputs = rows.rows["inputs"].reshape(num_haystacks, num_offsets, -1)
+  targets = rows.rows["targets"].reshape(num_haystacks, num_offsets, -1)
+  outside = np.ones(inputs.shape[-1], bool)
+  outside[start:stop] = False
+  for s in range(num_haystacks):
+    # Outside the window every token, including the query block and the other needles, is equal.
+    assert (inputs[s][:, outside] == inputs[s, :1][:, outside]).all()
+    assert (targets[s, :, -4:] == targets[s, :1, -4:]).all()
+    layout = rows.layouts[s * num_offsets]
+    needle = np.array(layout.keys[0] + layout.values[0])
+    for k, offset in enumerate(rows.offsets_K):
+      window = inputs[s, k, start:stop]
+      here = offset - start
+      np.testing.assert_array_equal(window[here:here + needle.size], needle)
+      others = np.delete(window, np.arange(here, here + needle.size))
+      assert (others < kv.symbol_base(KV)).all(), "the window holds only the moved needle"
+      n = s * num_offsets + k
+      span = slice(rows.answer_start_N[n], rows.answer_stop_N[n])
+      np.testing.assert_array_equal(targets[s, k, span], layout.values[0])
+
+
+def test_depths_share_haystack_positions_mod_alignment_and_order_by_distance():
+  far, middle, near = needle_sweep.build(KV, SPEC)
+  assert far.distance_N.mean() > middle.distance_N.mean() > near.distance_N.mean()
+  for rows in (middle, near):
+    np.testing.assert_array_equal(rows.offsets_K % SPEC.align, far.offsets_K % SPEC.align)
+
+
+def test_sweep_window_that_does_not_fit_names_num_offsets():
+  spec = dataclasses.replace(SPEC, num_offsets=90)
+  with pytest.raises(ConfigError, match="sweep.num_offsets"):
+    needle_sweep.build(KV, spec)
+
+
+@pytest.mark.parametrize("task", ["kv", "code"])
+def test_prefix_probe_shifts_the_whole_prompt_by_n(task):
+  config = KV if task == "kv" else DataConfig(task="code", seq_len=160, code_needles=2,
+                                                near_distance=40)
+  spec = prefix_probe.PrefixSpec(max_prefix=6, num_prompts=2, seed=1)
+  probe = prefix_probe.build(config, spec)
+  fill = kv.FILLER_BASE if task == "kv" else ord("=")
+  pad = kv.PAD if task == "kv" else code.PAD
+  k = probe.prefixes_K.size
+  inputs = probe.rows["inputs"].reshape(2, k, -1)
+  targets = probe.rows["targets"].reshape(2, k, -1)
+  content = probe.base_len - 1  # base tokens after BOS
+  for s in range(2):
+    base = np.concatenate([inputs[s, 0], targets[s, 0, -1:]])
+    for n in range(k):
+      row = np.concatenate([inputs[s, n], targets[s, n, -1:]])
+      assert row[0] == base[0]
+      assert (row[1:1 + n] == fill).all()
+      np.testing.assert_array_equal(row[1 + n:1 + n + content], base[1:1 + content])
+      assert (row[1 + n + content:] == pad).all()
+  # Every answer span holds the same tokens at every N.
+  per_prompt = probe.answer_row_A.size // (2 * k)
+  for a in range(probe.answer_row_A.size):
+    prompt, rest = divmod(a, k * per_prompt)
+    n, j = divmod(rest, per_prompt)
+    ref = prompt * k * per_prompt + j
+    np.testing.assert_array_equal(_answer(probe, a), _answer(probe, ref))
+    assert probe.answer_start_A[a] == probe.answer_start_A[ref] + n
+
+
+def _answer(probe, a):
+  return probe.rows["targets"][probe.answer_row_A[a],
+                               probe.answer_start_A[a]:probe.answer_stop_A[a]]
+
+
+def test_prefix_longer_than_the_sequence_allows_names_prefix_max():
+  with pytest.raises(ConfigError, match="sweep.prefix_max"):
+    prefix_probe.base_config(KV, prefix_probe.PrefixSpec(max_prefix=60, num_prompts=2))
+
+
+def test_chunk_phase_counts_from_the_last_closed_chunk():
+  ends = np.zeros((3, 12), np.int8)
+  ends[0, [2, 5, 9]] = 1
+  ends[1, [7]] = 1
+  phases = needle_sweep.chunk_phases(ends, np.array([4, 8, 3]))
+  np.testing.assert_array_equal(phases, [1, 0, 3])
+  assert needle_sweep.compression_ratio(ends) == pytest.approx(36 / 4)
+
+
+def test_score_requires_every_answer_token():
+  targets = np.array([[5, 6, 7, 8]])
+  predictions = np.array([[5, 6, 0, 8]])
+  exact, tokens = needle_sweep.score_answers(predictions, targets, np.array([0, 0]),
+                                             np.array([0, 2]), np.array([2, 4]))
+  np.testing.assert_array_equal(exact, [1.0, 0.0])
+  np.testing.assert_array_equal(tokens, [1.0, 0.5])
+
+
+def _sweep(variants, **settings):
+  return make_sweep(variants, **dict(TINY, **settings))
+
+
+@pytest.mark.parametrize("variants, settings, match", [
+    ({"a": variant("configs/no_such_config.py")}, {}, "variants.a.config.*no config file"),
+    ({"a": variant("configs/smoke.py", {"model.attention.chunk_sise": 4})}, {},
+     "variants.a.overrides.model.attention.chunk_sise.*no field 'chunk_sise'"),
+    ({"a": variant("configs/smoke.py", {"data.seq_len": "long"})}, {},
+     "variants.a.overrides.data.seq_len"),
+    ({"a": SMOKE}, {"num_offsets": 40}, "sweep.num_offsets"),
+    ({"a": SMOKE}, {"num_offsets": 6, "reference_chunk_size": 4}, "sweep.num_offsets.*>= 12"),
+    ({"a": SMOKE}, {"order": ("a", "b")}, "sweep.order.*'b'"),
+])
+def test_bad_sweep_input_fails_before_anything_is_written(tmp_path, variants, settings, match):
+  workdir = tmp_path / "sweep"
+  workdir.mkdir()
+  (workdir / "results.json").write_text("previous")
+  with pytest.raises(ConfigError, match=match):
+    sweep.run(_sweep(variants, **settings), str(workdir))
+  assert sorted(os.listdir(workdir)) == ["results.json"]
+  assert (workdir / "results.json").read_text() == "previous"
+
+
+def test_checkpoint_variant_without_a_finished_run_is_refused(tmp_path):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(ConfigError, match="holds no run"):
+    sweep_config.resolve(_sweep({"a": variant(checkpoint=str(empty))}), str(tmp_path / "out"))
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("sweep") / "run")
+  outcome = sweep.run(_sweep({"smoke": SMOKE}), workdir, command="test")
+  return workdir, outcome
+
+
+SCHEMA = {"name": str, "attention": str, "chunk_size": (int, type(None)), "rope": bool,
+          "pooling": str, "overlap": bool, "stagger": bool, "key_shift": bool,
+          "compression_ratio": float, "mean_accuracy": float, "max_gap": float,
+          "periodic_share": float, "detected_period": (int, type(None)), "p_value": float,
+          "offsets": list, "accuracy_by_offset": list, "accuracy_by_phase": list}
+
+
+def test_results_json_has_the_schema_fields_and_types(finished_sweep):
+  workdir, outcome = finished_sweep
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  (record,) = results["variants"]
+  for key, kind in SCHEMA.items():
+    assert isinstance(record[key], kind), (key, record[key])
+  assert record["attention"] in ("full", "fixed", "dynamic")
+  assert record["pooling"] in ("gated", "gated_no_bias", "mean", "mlp")
+  assert len(record["offsets"]) == len(record["accuracy_by_offset"]) == TINY["num_offsets"]
+  assert all(0.0 <= a <= 1.0 for a in record["accuracy_by_offset"])
+  assert record["offsets"] == sorted(record["offsets"])
+  assert [d["depth_name"] for d in record["depths"]] == ["far", "near"]
+  assert len(record["prefix_probe"]["offsets"]) == TINY["prefix_max"] + 1
+  assert results["verdicts"] == outcome.verdicts
+  assert os.path.exists(outcome.report_path)
+  with open(outcome.report_path) as f:
+    text = f.read()
+  assert "| smoke" in text and "## Verdicts" in text
+  for path in record["images"].values():
+    assert os.path.exists(os.path.join(workdir, path))
+
+
+def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):
+  workdir, first = finished_sweep
+  def refuse(*args, **kwargs):
+    raise AssertionError("trainer.train called for a finished variant")
+  monkeypatch.setattr(trainer, "train", refuse)
+  again = sweep.run(_sweep({"smoke": SMOKE}), workdir)
+  assert again.records[0]["accuracy_by_offset"] == first.records[0]["accuracy_by_offset"]
+
+
+def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):
+  workdir, _ = finished_sweep
+  copy = tmp_path / "unfinished"
+  shutil.copytree(os.path.join(workdir, "smoke"), copy)
+  with open(copy / "config.json") as f:
+    recorded = json.load(f)
+  recorded["train"]["steps"] = 10
+  with open(copy / "config.json", "w") as f:
+    json.dump(recorded, f)
+  with pytest.raises(ConfigError, match="unfinished run.*step 2 of 10"):
+    sweep_config.resolve(_sweep({"a": variant(checkpoint=str(copy))}), str(tmp_path / "out"))
+
+
+def test_variant_dir_holding_another_config_is_refused_before_training(finished_sweep):
+  workdir, _ = finished_sweep
+  other = variant("configs/smoke.py", {"train.steps": 3})
+  with pytest.raises(ConfigError, match="(?s)'smoke'.*different config.*train.steps"):
+    sweep.run(_sweep({"smoke": other}), workdir)
+
+
+def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, **extra):
+  record = dict(name=name, attention=attention, chunk_size=m, rope=True, pooling="gated",
+                overlap=False, stagger=False, random_phase=False, key_shift=False, p_value=p,
+                detected_period=period, max_gap=gap, far_accuracy=far, mean_accuracy=far,
+                key_len=1, value_len=1, by_chunk_size=[{"chunk_size": 4}])
+  record.update(extra)
+  return record
+
+
+def test_verdicts_follow_the_numbers():
+  lines = verdicts.decide([
+      _record("full", attention="full", m=None, p=0.6, period=None, gap=0.02, far=0.99),
+      _record("m2", m=2, period=2, gap=0.2),
+      _record("m4"),
+      _record("m8", m=8, period=4, p=0.2),
+      _record("norope", rope=False, p=0.3, period=None),
+      _record("dyn", attention="dynamic", p=0.5, period=None, gap=0.05, far=0.8),
+  ])
+
+  def said(prefix):
+    return any(line.startswith(prefix) for line in lines)
+
+  assert said("REPRODUCED: period = M for fixed M=4 ")
+  assert said("NOT REPRODUCED: period = M for fixed M=8 ")
+  assert said("REPRODUCED: full attention has no period")
+  assert said("NOT REPRODUCED: still periodic with RoPE off")
+  assert said("NOT TESTED: still periodic with uniform pooling")
+  assert said("REPRODUCED: gap(M=2) < gap(M=4)")
+  assert any(line.startswith("CURE: dyn") and "removes the periodic blind spot at no accuracy "
+             "cost" in line for line in lines)
+
+
+def _untrained(**overrides) -> trained_lib.TrainedModel:
+  """configs/smoke.py with dotted overrides, randomly initialised (construction tests)."""
+  raw = sweep_config.apply_overrides(smoke.get_config(), overrides, "test")
+  config = config_lib.from_dict(raw.to_dict())
+  rt = runtime_lib.build(config)
+  return trained_lib.TrainedModel("-", config, rt, rt.init_state().params, 0)
+
+
+def test_slot_bias_preference_is_its_weight_centre_of_mass():
+  ape = np.zeros((4, 2, 6))
+  ape[3, 0] = 5.0  # head 0 favours the last slot; head 1 is flat
+  weights = slot_gain.bias_weights(ape, overlap=False)
+  np.testing.assert_allclose(weights.sum(axis=1), 1.0)
+  np.testing.assert_allclose(weights[1], 0.25)
+  phases = slot_gain.preferred_phase(weights)
+  assert phases[0] > 2.9 and phases[1] == pytest.approx(1.5)
+  # Overlap: the first channel half pools chunk i-1 (slots 0..3), the second chunk i (4..7).
+  ape = np.zeros((4, 1, 4))
+  ape[0, 0, 2:] = 5.0
+  assert np.argmax(slot_gain.bias_weights(ape, overlap=True)[0]) == 4
+
+
+def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots():
+  trained = _untrained(**{"model.attention.kind": "fixed", "model.attention.window": 4,
+                          "model.attention.chunk_size": 4})
+  rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
+  out = variant_eval._predictor(trained, 8)(rows)
+  sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
+  sites = slot_gain.analyze(trained.params, trained.config.model, sums)["sites"]
+  assert [s["layer"] for s in sites] == [0, 1]
+  for site in sites:
+    assert site["slots"] == 4 and site["num_chunks"] == 8 * (32 // 4)
+    np.testing.assert_allclose(np.sum(site["realised_weight"], axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(site["bias_weight"], 0.25)  # zero-initialised slot bias
+
+
+def test_dynamic_phases_use_the_boundaries_the_model_used():
+  trained = _untrained(**{"model.attention.kind": "dynamic", "model.attention.window": 4,
+                          "model.attention.boundary": "router", "model.attention.chunk_size": 4})
+  model = trained.config.model
+
+  def extract(collections, rows):
+    ends = boundaries.end_flags(model, collections["intermediates"], rows["inputs"],
+                                rows["positions"], rows["segment_ids"])
+    (sown,) = jax.tree.leaves(collections["aux_metrics"])  # the model's own mean chunk length
+    return {"ends": ends, "sown": jnp.broadcast_to(sown, ends.shape[:1])}
+
+  rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
+  out = trained_lib.Predictor(trained, 8, extract=extract,
+                              capture=boundaries.capture_filter(model))(rows)
+  assert 0 < out["ends"].sum() < out["ends"].size
+  assert needle_sweep.compression_ratio(out["ends"]) == pytest.approx(out["sown"][0], rel=1e-5)
