@@ -110,7 +110,10 @@ class CompressorTest(parameterized.TestCase):
                         attention=AttentionConfig(kind="fixed", chunk_size=M, window=2))
     net = Transformer(model)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 16, (B, T)))
-    params = net.init(jax.random.key(0), tokens)["params"]
+    shapes = jax.eval_shape(net.init, jax.random.key(0), tokens)["params"]
+    rng = np.random.default_rng(0)  # numpy: Flax's init would compile its RNG (seconds)
+    params = jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.5, s.dtype), nn.meta.unbox(shapes))
     biases = slot_biases(params)
     self.assertEqual({k: v.shape for k, v in biases.items()},
                      {"block_0/attn/compressor": (M, K, 2 * D),
