@@ -124,3 +124,15 @@ class PreemptionWatch:
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
       self._previous = None
+
+
+def restore_latest_read_only(workdir: str, train: TrainConfig, abstract_state: Any):
+  """(state, step) of the newest checkpoint in ``workdir`` that restores, or None; writes nothing.
+
+  For evaluation and analysis of a run that another process may still own.
+  """
+  checkpointer = Checkpointer(workdir, train, read_only=True)
+  try:
+    return checkpointer.restore_latest(abstract_state)
+  finally:
+    checkpointer.close()

@@ -54,11 +54,7 @@ def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"workdir {workdir!r} holds no checkpoints; train it first")
   rt = runtime_lib.build(config)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
-  try:
-    restored = checkpointer.restore_latest(rt.abstract_state)
-  finally:
-    checkpointer.close()
+  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
   if restored is None:
     raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
   state, step = restored

@@ -42,11 +42,8 @@ def main() -> None:
   if attn.kind != "dynamic" or config.data.task != "kv":
     raise SystemExit("error: needs a kv run whose first layer has kind 'dynamic'")
   rt = runtime_lib.build(config)
-  checkpointer = checkpointing.Checkpointer(args.workdir, config.train, read_only=True)
-  try:
-    restored = checkpointer.restore_latest(rt.abstract_state)
-  finally:
-    checkpointer.close()
+  restored = checkpointing.restore_latest_read_only(args.workdir, config.train,
+                                                     rt.abstract_state)
   if restored is None:
     raise SystemExit(f"error: no checkpoint restores in {args.workdir}")
   state, step = restored

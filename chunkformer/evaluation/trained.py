@@ -71,11 +71,7 @@ def load(workdir: str) -> TrainedModel:
   """Restores the finished run in ``workdir`` (see ``finished_config`` for the errors)."""
   config = finished_config(workdir)
   rt = runtime_lib.build(config)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
-  try:
-    restored = checkpointer.restore_latest(rt.abstract_state)
-  finally:
-    checkpointer.close()
+  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
   if restored is None:
     raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
   state, step = restored
