@@ -134,7 +134,17 @@ class AttentionConfig:
         )
       if self.boundary == "delimiter":
         _require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
-    del num_kv_heads
+    if self.implementation != "xla":
+      # The Pallas kernels (kernels.chunk_attention) read one end position per entry, shared by
+      # the kv heads, and see every visible entry.
+      _require(self.kind in ("fixed", "dynamic"), f"{field}.implementation",
+               f"{self.implementation!r} serves kinds 'fixed' and 'dynamic', not {self.kind!r}")
+      _require(self.topk == 0, f"{field}.topk",
+               f"the indexer's top-k selection runs only with implementation 'xla', "
+               f"not {self.implementation!r}")
+      _require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.stagger",
+               f"per-head chunk offsets run only with implementation 'xla', "
+               f"not {self.implementation!r}")
 
   @property
   def shortest_chunk(self) -> int:

@@ -23,6 +23,7 @@ The study's variants (add to the command above, and use a workdir per variant):
   window size:            --config.model.attention.window=16
   sink logit:             --config.model.attention.sink=True
   key token shift:        --config.model.key_shift=2
+  Pallas kernels (GPU):   --config.model.attention.implementation=pallas_gpu
   DeepSeek-V4 alternation (CSA M=4 with top-k, HCA M=128):
       --config.model.layer_pattern='chunk_size=4,overlap=true,topk=16;chunk_size=128'
 """

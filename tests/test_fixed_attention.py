@@ -249,6 +249,9 @@ class ConfigTest(parameterized.TestCase):
       (dict(chunk_size=0), "chunk_size"),
       (dict(window=-1), "window"),
       (dict(topk=65), "topk"),  # 256 tokens / M=4 = 64 entries
+      (dict(topk=4, implementation="pallas_gpu"), "topk"),  # the kernels see every entry
+      (dict(stagger="heads", implementation="pallas_tpu"), "stagger"),  # one end per entry
+      (dict(kind="full", implementation="pallas_gpu"), "implementation"),
   )
   def test_bad_attention_config_names_the_field(self, attn, field):
     attention = AttentionConfig(kind="fixed", chunk_size=4, window=8)

@@ -31,10 +31,13 @@ def _batch():
               positions=jnp.arange(T)[None] - starts, loss_mask=jnp.ones((2, T), jnp.float32))
 
 
-def _losses(implementation, boundary):
-  attn = AttentionConfig(kind="dynamic", boundary=boundary, chunk_size=4, min_chunk=1,
-                         max_chunk=8, window=3, sink=True, implementation=implementation,
-                         interpret=implementation != "xla")
+def _losses(implementation, kind, boundary):
+  # The fixed kind with overlap (DeepSeek CSA): entries of 2M tokens, one end per entry.
+  options = (dict(boundary=boundary, min_chunk=1, max_chunk=8) if kind == "dynamic"
+             else dict(overlap=True))
+  attn = AttentionConfig(kind=kind, chunk_size=4, window=3, sink=True,
+                         implementation=implementation, interpret=implementation != "xla",
+                         **options)
   model = Transformer(ModelConfig(vocab_size=VOCAB, num_layers=1, d_model=32, num_heads=4,
                                   num_kv_heads=2, head_dim=8, mlp_dim=64, attention=attn))
   batch = _batch()
@@ -53,9 +56,10 @@ def _losses(implementation, boundary):
   return np.asarray(run(params))
 
 
-@pytest.mark.parametrize("boundary", ["fixed", "router"])
-def test_training_through_pallas_gpu_kernels_gives_the_xla_losses(boundary):
-  want = _losses("xla", boundary)
-  got = _losses("pallas_gpu", boundary)
+@pytest.mark.parametrize("kind,boundary",
+                         [("dynamic", "fixed"), ("dynamic", "router"), ("fixed", "")])
+def test_training_through_pallas_gpu_kernels_gives_the_xla_losses(kind, boundary):
+  want = _losses("xla", kind, boundary)
+  got = _losses("pallas_gpu", kind, boundary)
   assert want[-1] < want[0]  # the run trains, so the comparison is not between constants
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
