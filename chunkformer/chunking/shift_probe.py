@@ -4,7 +4,9 @@ Content-defined boundaries follow the content when filler is inserted in front o
 boundaries stay on the grid, so their relation to the content changes with k mod M. The probe
 inserts k filler tokens at index ``at`` (after BOS for the kv task), drops the last k tokens to
 keep the row length, and compares the chunk ends inside the content (original index
-``at <= t < T - k`` against shifted index ``t + k``).
+``at <= t < T - k - 1`` against shifted index ``t + k``; the last content token is left out
+because under the router's 'start' rule its end flag depends on the token after it, which the
+shifted row has dropped).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def boundary_agreement(ends_BxC: np.ndarray, shifted_ends_BxC: np.ndarray, k: in
   """
   both = either = both_after = either_after = 0
   for row, shifted in zip(np.asarray(ends_BxC), np.asarray(shifted_ends_BxC), strict=True):
-    a = {int(e) for e in row if e != kernels.PAD_END and at <= e < seq_len - k}
-    b = {int(e) - k for e in shifted if e != kernels.PAD_END and at <= e - k < seq_len - k}
+    a = {int(e) for e in row if e != kernels.PAD_END and at <= e < seq_len - k - 1}
+    b = {int(e) - k for e in shifted if e != kernels.PAD_END and at <= e - k < seq_len - k - 1}
     both += len(a & b)
     either += len(a | b)
     if a & b:
