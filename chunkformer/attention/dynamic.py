@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 import kernels
 from chunkformer import chunking
-from chunkformer.attention import dynamic_decode
+from chunkformer.attention import compressed_core, dynamic_decode
 from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
 from chunkformer.compression import Compressor
 from chunkformer.config import AttentionConfig, ModelConfig
@@ -217,7 +217,17 @@ class DynamicAttention(nn.Module):
     ev = entries.get("v", ek)
     if delay:  # entries become visible `delay` tokens after their last token
       entry_ends = jnp.where(entry_ends == kernels.PAD_END, entry_ends, entry_ends + delay)
-    o = kernels.chunk_attention(q, k, v, seg, ek, ev, entry_ends, entry_seg, window=a.window,
-                                sink_H=sink_H, implementation=a.implementation,
-                                interpret=a.interpret)
+    if a.implementation == "xla":
+      # The fixed kind's blockwise XLA path (custom softmax VJP): faster on CPU than the kernels'
+      # plain reference, which stays the oracle of the Pallas kernels. Ends are per kv head there.
+      per_head = (b, cap, ek.shape[2])
+      o = compressed_core.compressed_attention(
+          q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
+          entry_ends_BxCxK=jnp.broadcast_to(entry_ends[:, :, None], per_head),
+          entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[:, :, None], per_head),
+          sink_H=sink_H)
+    else:
+      o = kernels.chunk_attention(q, k, v, seg, ek, ev, entry_ends, entry_seg, window=a.window,
+                                  sink_H=sink_H, implementation=a.implementation,
+                                  interpret=a.interpret)
     return o, entries
