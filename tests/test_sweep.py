@@ -272,6 +272,17 @@ def test_verdicts_follow_the_numbers():
              "cost" in line for line in lines)
 
 
+def test_cure_verdict_against_an_unlearned_baseline_is_inconclusive():
+  lines = verdicts.decide([
+      _record("m4", far=0.1, gap=0.1),
+      _record("dyn", attention="dynamic", p=0.5, period=None, gap=0.02, far=0.15),
+  ])
+  assert any(line.startswith("REPRODUCED: period = M for fixed M=4 ") and "barely learned" in line
+             for line in lines)
+  cure = next(line for line in lines if line.startswith("CURE: dyn"))
+  assert "inconclusive" in cure and "removes" not in cure
+
+
 def _untrained(**overrides) -> trained_lib.TrainedModel:
   """configs/smoke.py with dotted overrides, randomly initialised (construction tests)."""
   raw = sweep_config.apply_overrides(smoke.get_config(), overrides, "test")

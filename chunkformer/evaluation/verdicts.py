@@ -10,7 +10,8 @@ Claims (issue 5, DESIGN.md section 1), each checked only where the sweep has the
 5. cures (dynamic chunking, staggered or random phases, overlap, key shift on a compressed
    model): their gap and far accuracy against the plain fixed model at the same budget
    (M = the cure's chunk size or target) and the same needle lengths; a cure counts as still
-   periodic if p < 0.01 at the far depth or with all depths pooled.
+   periodic if p < 0.01 at the far depth or with all depths pooled. Against a baseline below
+   50% far accuracy (the task not learned) the comparison is reported as inconclusive.
 A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
 phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, CURE or NOT TESTED.
 """
@@ -24,6 +25,7 @@ Record = Mapping[str, Any]
 PERIOD_ALPHA = 0.01
 NULL_ALPHA = 0.05
 FULL_ACCURACY = 0.95
+LEARNED_ACCURACY = 0.5  # far accuracy below this: the model did not learn the task
 
 
 def _lengths(r: Record) -> tuple[int, int]:
@@ -68,10 +70,13 @@ def _period_claim(r: Record) -> str:
   m, period, p = r.get("chunk_size"), r.get("detected_period"), r.get("p_value")
   ok = period == m and p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
+  far = r.get("far_accuracy", r.get("mean_accuracy"))
+  caution = ("" if far is None or far >= LEARNED_ACCURACY else
+             f"; caution: far accuracy {_f(far)} < {LEARNED_ACCURACY}, the task is barely learned")
   return (f"{head}: period = M for fixed M={m} ({r['name']}, {_needle(r)}): detected period "
           f"{period if period is not None else 'none'}, p = {_p(p)} at M (need period {m} and "
           f"p < {PERIOD_ALPHA}); max gap {_f(r.get('max_gap'))}, weakest phase "
-          f"{r.get('weakest_phase')}")
+          f"{r.get('weakest_phase')}{caution}")
 
 
 def _full_claim(r: Record) -> str:
@@ -136,6 +141,9 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
   b_gap, b_far = base.get("max_gap"), base.get("far_accuracy", base.get("mean_accuracy"))
   if None in (gap, far, b_gap, b_far):
     verdict = "incomplete numbers"
+  elif b_far < LEARNED_ACCURACY:
+    verdict = (f"inconclusive: the baseline's far accuracy is below {LEARNED_ACCURACY} (the task "
+               "was not learned), so its gap says nothing about a blind spot")
   else:
     smaller, better = gap < b_gap, far >= b_far
     periodic = any(x is not None and x < PERIOD_ALPHA for x in (p, pooled))

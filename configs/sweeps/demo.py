@@ -1,9 +1,9 @@
-"""Demo sweep: full attention, fixed chunks of M = 4 and the default cure, on one small setup.
+"""Demo sweep: full attention, fixed chunks of M = 4 and three cures, on one small setup.
 
   python eval.py --config configs/sweeps/demo.py --workdir runs/demo
   (or ./run.sh demo; a second seed: --config.sweep.seed=1 --workdir runs/demo_seed1)
 
-Trains the three variants (resumable; a finished one is not retrained), runs the needle shift
+Trains the five variants (resumable; a finished one is not retrained), runs the needle shift
 sweep (K = 16 offsets at far/middle/near depth, 48 haystacks), the '=' prefix probe and the
 slot-gain analysis, and writes runs/demo/results.json, report.md and plots/. Sized to finish
 in under 15 minutes on 2 CPU cores from nothing, training included.
@@ -45,6 +45,12 @@ def get_config():
           # The default cure: content-defined chunks, budget-matched to 4 tokens per entry.
           "dynamic_m4": variant("configs/kv_dynamic.py", {"model.attention.chunk_size": 4,
                                                           "model.key_shift": 0}),
+          # The other cures at the same budget: chunks closed after delimiter tokens, and
+          # fixed chunks whose offsets are staggered over the kv heads.
+          "delimiter_m4": variant("configs/kv_delimiter.py", {"model.key_shift": 0}),
+          "stagger_m4": variant("configs/kv_chunk.py", {"model.attention.chunk_size": 4,
+                                                        "model.attention.stagger": "heads",
+                                                        "model.key_shift": 0}),
       },
       overrides=SHARED,
       name="demo",
