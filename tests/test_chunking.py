@@ -331,7 +331,7 @@ class PackingTest(parameterized.TestCase):
     np.testing.assert_array_equal(lay.num_entries_B, np.asarray(ends).sum(1))
 
 
-class RatioLossTest(absltest.TestCase):
+class RatioLossTest(parameterized.TestCase):
 
   def test_value_and_gradient_match_hand_computation(self):
     ends = jnp.asarray([[1, 0, 0, 1, 0, 0, 1, 0]], bool)  # F = 3/8
@@ -347,6 +347,39 @@ class RatioLossTest(absltest.TestCase):
     for g in (0.1, 0.25, 0.9):
       self.assertAlmostEqual(float(chunking.ratio_loss(ends, jnp.full((1, 16), g), 4)), 1.0,
                              places=6)
+
+  def test_decided_probs_are_p_only_where_the_length_rules_leave_the_choice(self):
+    p = jnp.linspace(0.1, 0.8, 8)[None]
+    ends = jnp.asarray([[0, 1, 0, 0, 1, 0, 1, 0]], bool)  # lengths 1 2 | 1 2 3 | 1 2 | 1
+    seg = jnp.zeros((1, 8), jnp.int32)
+    got = chunking.decided_probs(p, ends, seg, min_chunk=2, max_chunk=3)
+    want = np.where([0, 1, 0, 1, 0, 0, 1, 0], p, [0, 0, 0, 0, 1, 0, 0, 0])  # t=4: max forces
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    shifted = chunking.decided_probs(p, ends, seg, min_chunk=2, max_chunk=3, delay=1)
+    np.testing.assert_allclose(shifted, np.where([0, 0, 1, 0, 1, 0, 0, 1], p,
+                                                 [0, 0, 0, 0, 0, 1, 0, 0]), rtol=1e-6)
+    grad = jax.grad(lambda q: chunking.ratio_loss(
+        ends, chunking.decided_probs(q, ends, seg, min_chunk=2, max_chunk=3), 4))(p)
+    np.testing.assert_array_equal(np.asarray(grad)[0] != 0, [0, 1, 0, 1, 0, 0, 1, 0])
+
+  @parameterized.parameters(0, 1)
+  def test_hard_decided_probs_are_the_end_flags(self, delay):
+    # The invariant that makes F and G of the ratio loss count the same decisions.
+    rng = np.random.default_rng(delay)
+    seg = jnp.asarray(_documents(rng, 4, 40, 3))
+    # As the router: p = 0 at a document's first token (it has no predecessor to compare).
+    p = jnp.where(chunking.is_document_start(seg), 0.0, jnp.asarray(rng.random((4, 40))))
+    proposals = chunking.hard_proposals(p)
+    if delay:
+      proposals = jnp.pad(proposals[:, 1:], ((0, 0), (0, 1)))
+    ends = chunking.enforce_lengths(proposals, seg, min_chunk=3, max_chunk=6)
+    hard = np.asarray(chunking.decided_probs(p, ends, seg, min_chunk=3, max_chunk=6,
+                                             delay=delay)) >= 0.5
+    e = np.asarray(ends)
+    if delay:  # p[t] decides the flag at t - 1; nothing decides the row's last flag
+      np.testing.assert_array_equal(hard[:, 1:], e[:, :-1])
+    else:
+      np.testing.assert_array_equal(hard, e)
 
   def test_straight_through_is_one_forward_and_identity_backward(self):
     p = jnp.asarray([0.2, 0.7])

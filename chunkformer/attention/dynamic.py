@@ -169,8 +169,10 @@ class DynamicAttention(nn.Module):
     probs = None if router is None else router(x_BxTxE, ctx.segment_ids_BxT)
     ends = predict_boundaries(a, ctx, probs)
     if probs is not None and a.ratio_loss_weight:
+      decided = chunking.decided_probs(probs, ends, ctx.segment_ids_BxT, min_chunk=a.min_chunk,
+                                       max_chunk=a.max_chunk, delay=visibility_delay(a))
       self.sow("aux_loss", "ratio_loss",
-               a.ratio_loss_weight * chunking.ratio_loss(ends, probs, a.chunk_size))
+               a.ratio_loss_weight * chunking.ratio_loss(ends, decided, a.chunk_size))
     self.sow("aux_metrics", "mean_chunk_len", chunking.mean_chunk_length(ends))
     self.sow("intermediates", "end_flags", ends)  # for analysis: the group's end flags
     return ends, probs, {**shared, key: {"ends": ends, "probs": probs}}

@@ -22,12 +22,13 @@ from chunkformer.chunking.packing import (
     packed_layout,
     unpack,
 )
-from chunkformer.chunking.ratio_loss import mean_chunk_length, ratio_loss
+from chunkformer.chunking.ratio_loss import decided_probs, mean_chunk_length, ratio_loss
 from chunkformer.chunking.router import BoundaryRouter, hard_proposals, straight_through
 
 __all__ = [
     "BoundaryRouter",
     "PackedLayout",
+    "decided_probs",
     "delimiter_proposals",
     "enforce_lengths",
     "entry_capacity",
