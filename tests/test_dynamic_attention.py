@@ -224,7 +224,9 @@ class RouterModelTest(absltest.TestCase):
       # The default 'start' rule: p_t >= 1/2 ends the chunk at t - 1.
       proposals = jnp.pad(chunking.hard_proposals(probs)[:, 1:], ((0, 0), (0, 1)))
       ends = chunking.enforce_lengths(proposals, seg, min_chunk=2, max_chunk=6)
-      return ends, chunking.ratio_loss(ends, probs, 4)
+      # G counts p only where it decided a flag (p[t] decides the flag at t - 1).
+      decided = chunking.decided_probs(probs, ends, seg, min_chunk=2, max_chunk=6, delay=1)
+      return ends, chunking.ratio_loss(ends, decided, 4)
 
     ends, ratio = recompute(tokens)
     sown = state["aux_loss"]["block_0"]["attn"]["ratio_loss"][0]
