@@ -3,7 +3,7 @@
   python eval.py --config configs/sweeps/study.py --workdir results/study
 
 Variants (one small model and task for all, so that only the named switch differs):
-- controls: full attention without and with the width-2 key token shift;
+- controls: full attention without (1500 steps) and with the width-2 key token shift;
 - fixed chunks, M in {2, 4, 6, 8, 12} (the claim: accuracy period exactly M);
 - ablations at M = 4: RoPE off; uniform (mean) pooling (the claim: still periodic);
 - cures at a budget of 4 tokens per entry: overlap (DeepSeek CSA), chunk offsets staggered over
@@ -57,7 +57,9 @@ def _dynamic(**extra):
 
 def get_config():
   variants = {
-      "full": variant("configs/kv_full.py", NO_SHIFT),
+      # Without the key shift, full attention needs longer to form its retrieval circuit: 0.854
+      # far accuracy at 600 steps, 0.979 at 1500 (the claim is about a model that learned it).
+      "full": variant("configs/kv_full.py", {**NO_SHIFT, "train.steps": 1500}),
       "full_shift": variant("configs/kv_full.py", SHIFT),
       **{f"fixed_m{m}": _fixed(m) for m in (2, 4, 6, 8, 12)},
       "fixed_m4_norope": _fixed(4, **{"model.rope": False}),
