@@ -11,7 +11,13 @@ Layout conventions (chunk rules, padding entries, visibility ranges) in ``kernel
 from kernels.attention import chunk_attention
 from kernels.block_sizes import AttentionBlockSizes, DecodeBlockSizes, PoolBlockSizes
 from kernels.decode import decode_attention
-from kernels.layout import PAD_END, PAD_SEGMENT, chunk_structure, visible_entry_range
+from kernels.layout import (
+    PAD_END,
+    PAD_SEGMENT,
+    chunk_starts,
+    chunk_structure,
+    visible_entry_range,
+)
 from kernels.pool import segment_pool
 from kernels.reference import (
                                chunk_attention_reference,
@@ -30,6 +36,7 @@ __all__ = [
     "PoolBlockSizes",
     "chunk_attention",
     "chunk_attention_reference",
+    "chunk_starts",
     "chunk_structure",
     "decode_attention",
     "decode_attention_reference",

@@ -70,6 +70,18 @@ def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
   return start, jnp.maximum(stop.astype(jnp.int32), start)
 
 
+def chunk_starts(ends_BxT: Array, segment_ids_BxT: Array) -> tuple[Array, Array]:
+  """(is_start_BxT, chunk_start_BxT): t starts a chunk (document start, or an end flag at t - 1),
+  and the first token of t's chunk."""
+  t = ends_BxT.shape[1]
+  pos = jnp.arange(t, dtype=jnp.int32)
+  seg = segment_ids_BxT
+  first = jnp.ones_like(seg[:, :1], dtype=bool)
+  is_start = jnp.concatenate([first, seg[:, 1:] != seg[:, :-1]], axis=1) | jnp.concatenate(
+      [first, ends_BxT[:, :-1].astype(bool)], axis=1)
+  return is_start, jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
+
+
 def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
   """Token-to-entry map of the packed layout.
 
@@ -82,10 +94,7 @@ def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
   pos = jnp.arange(t, dtype=jnp.int32)
   ends = ends_BxT.astype(bool)
   seg = segment_ids_BxT
-  new_doc = jnp.concatenate([jnp.ones((b, 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
-  after_end = jnp.concatenate([jnp.ones((b, 1), bool), ends[:, :-1]], axis=1)
-  is_start = new_doc | after_end
-  chunk_start = jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
+  is_start, chunk_start = chunk_starts(ends, seg)
   big = jnp.int32(t + 1)
   next_end = jax.lax.cummin(jnp.where(ends, pos, big), axis=1, reverse=True)
   next_start = jax.lax.cummin(jnp.where(is_start, pos, big), axis=1, reverse=True)

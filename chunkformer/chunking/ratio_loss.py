@@ -21,6 +21,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+import kernels
+
 Array = jax.Array
 
 
@@ -47,13 +49,8 @@ def decided_probs(probs_BxT: Array, ends_BxT: Array, segment_ids_BxT: Array, *, 
   flag is 0 whatever p says, at ``max_chunk`` it is 1. ``delay`` 1 (the router's 'start' rule)
   means ``p[t]`` decides the flag at t - 1 (``p[0]`` decides nothing).
   """
-  t = ends_BxT.shape[1]
-  index = jnp.arange(t, dtype=jnp.int32)
-  starts = jnp.concatenate([jnp.ones_like(segment_ids_BxT[:, :1], bool),
-                            (segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1])
-                            | ends_BxT[:, :-1].astype(bool)], axis=1)
-  chunk_start = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
-  length = index - chunk_start + 1
+  _, chunk_start = kernels.chunk_starts(ends_BxT, segment_ids_BxT)
+  length = jnp.arange(ends_BxT.shape[1], dtype=jnp.int32) - chunk_start + 1
   free = (length >= min_chunk) & (length < max_chunk)
   forced = length >= max_chunk
   if delay:  # p[t] decides the flag at t - 1
