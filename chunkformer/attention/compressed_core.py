@@ -1,6 +1,7 @@
 """Attention over [raw tokens in a sliding window] union [visible compressed entries].
 
-Pure functions shared by the ``window`` and ``fixed`` kinds and their decoding step. The cost
+Pure functions shared by the ``window``, ``fixed`` and ``dynamic`` kinds and their decoding
+step; ``attend`` picks this XLA path or the Pallas kernels by ``attn.implementation``. The cost
 scales with compression: no T x T score matrix is built. Queries are cut into blocks of
 P = min(W, T) tokens that attend to their own and the previous key block (2P keys, masked to
 the window), and to the C entries (T x C scores); one softmax spans both parts and the optional
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+import kernels
 from chunkformer.compression.pooling import previous_chunk
 
 Array = jax.Array
@@ -198,3 +200,28 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   o = merge_parts(parts, sink)  # B x K x N x G x P x D
   o = jnp.transpose(o, (0, 2, 4, 1, 3, 5)).reshape(b, tp, h, d)
   return o[:, :t].astype(q_BxTxHxD.dtype)
+
+
+def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array, *,
+           window: int, entry_k_BxCxKxD: Array, entry_v_BxCxKxD: Array | None,
+           entry_ends_BxCxK: Array, entry_segment_ids_BxCxK: Array, sink_H: Array | None,
+           implementation: str, interpret: bool, entry_select_BxTxKxC: Array | None = None,
+           entry_bias_BxTxKxC: Array | None = None) -> Array:
+  """``compressed_attention`` ("xla") or ``kernels.chunk_attention`` (the Pallas kernels).
+
+  The kernels read one end (and document) per entry, so the kv heads' ends must agree there
+  and there is no entry selection or bias: ``AttentionConfig.validate`` refuses per-head
+  stagger and top-k with a Pallas implementation.
+  """
+  if implementation == "xla":
+    return compressed_attention(
+        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, window=window,
+        entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
+        entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_segment_ids_BxCxK,
+        entry_select_BxTxKxC=entry_select_BxTxKxC, entry_bias_BxTxKxC=entry_bias_BxTxKxC,
+        sink_H=sink_H)
+  ev = entry_k_BxCxKxD if entry_v_BxCxKxD is None else entry_v_BxCxKxD
+  return kernels.chunk_attention(
+      q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD, ev,
+      entry_ends_BxCxK[:, :, 0], entry_segment_ids_BxCxK[:, :, 0], window=window, sink_H=sink_H,
+      implementation=implementation, interpret=interpret)

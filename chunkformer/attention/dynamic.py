@@ -11,9 +11,10 @@ entry becomes visible one token after its last token (chunkformer/chunking/route
 Per layer: the same compressor as the ``fixed`` kind (``Compressor``: projections, gate logits,
 slot bias indexed by the token's position inside its chunk, RMSNorm, RoPE at the chunk's start
 position; pooling gated | gated_no_bias | mean) pools each closed chunk into one entry of a
-static-capacity packed buffer (``kernels.segment_pool``), and ``kernels.chunk_attention`` runs
-one softmax over the raw tokens of the sliding window W, the visible entries (end <= t, same
-document) and the optional sink. With ``mutable=["intermediates"]`` the entries and their end
+static-capacity packed buffer (``kernels.segment_pool``), and ``compressed_core.attend`` (the
+blockwise XLA path, or ``kernels.chunk_attention`` for Pallas) runs one softmax over the raw
+tokens of the sliding window W, the visible entries (end <= t, same document) and the optional
+sink. With ``mutable=["intermediates"]`` the entries and their end
 positions (``entries``, ``entry_ends``) are sown, and by each group's owner its ``end_flags``.
 Parameter names equal the ``fixed`` kind's (``qkv``, ``compressor`` or
 ``key_compressor``/``value_compressor``, ``sink``, ``out``), so a fixed checkpoint runs
@@ -219,17 +220,12 @@ class DynamicAttention(nn.Module):
     ev = entries.get("v", ek)
     if delay:  # entries become visible `delay` tokens after their last token
       entry_ends = jnp.where(entry_ends == kernels.PAD_END, entry_ends, entry_ends + delay)
-    if a.implementation == "xla":
-      # The fixed kind's blockwise XLA path (custom softmax VJP): faster on CPU than the kernels'
-      # plain reference, which stays the oracle of the Pallas kernels. Ends are per kv head there.
-      per_head = (b, cap, ek.shape[2])
-      o = compressed_core.compressed_attention(
-          q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
-          entry_ends_BxCxK=jnp.broadcast_to(entry_ends[:, :, None], per_head),
-          entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[:, :, None], per_head),
-          sink_H=sink_H)
-    else:
-      o = kernels.chunk_attention(q, k, v, seg, ek, ev, entry_ends, entry_seg, window=a.window,
-                                  sink_H=sink_H, implementation=a.implementation,
-                                  interpret=a.interpret)
+    # With "xla" this is the fixed kind's blockwise path (custom softmax VJP), faster on CPU than
+    # the kernels' plain reference, which stays the oracle of the Pallas kernels.
+    per_head = (b, cap, ek.shape[2])
+    o = compressed_core.attend(
+        q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
+        entry_ends_BxCxK=jnp.broadcast_to(entry_ends[:, :, None], per_head),
+        entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[:, :, None], per_head),
+        sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
     return o, entries

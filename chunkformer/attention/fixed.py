@@ -17,9 +17,9 @@ entries by that score (hard selection). The indexer learns through a straight-th
 the selected entries' attention logits get ``score - stop_gradient(score)`` added (zero in the
 forward pass), so its gradient is the one it would get as an additive logit bias.
 
-Implementation (attn.implementation): "xla" runs ``compressed_core``; "pallas_gpu" / "pallas_tpu"
-run ``kernels.chunk_attention`` over the same entries (one end per entry, so per-head stagger
-and the indexer stay on "xla"; config validation says so).
+Implementation (attn.implementation): ``compressed_core.attend`` runs the blockwise XLA path
+("xla") or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries (one
+end per entry, so per-head stagger and the indexer stay on "xla"; config validation says so).
 
 Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
 the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
@@ -34,7 +34,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-import kernels
 from chunkformer.attention import compressed_core, fixed_decode
 from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
@@ -118,16 +117,12 @@ class FixedAttention(nn.Module):
             chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
             jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
         select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
-      if a.implementation != "xla":  # the Pallas kernels read one end per entry (config-checked)
-        return kernels.chunk_attention(
-            q, k, v, ctx.segment_ids_BxT, ek, entries.get("v", ek), chunks.ends_BxCxK[:, :, 0],
-            chunks.segment_ids_BxCxK[:, :, 0], window=a.window, sink_H=sink_H,
-            implementation=a.implementation, interpret=a.interpret), entries
-      o = compressed_core.compressed_attention(
+      o = compressed_core.attend(
           q, k, v, ctx.segment_ids_BxT, window=a.window, entry_k_BxCxKxD=ek,
           entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,
-          entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, entry_select_BxTxKxC=select,
-          entry_bias_BxTxKxC=bias, sink_H=sink_H)
+          entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
+          implementation=a.implementation, interpret=a.interpret, entry_select_BxTxKxC=select,
+          entry_bias_BxTxKxC=bias)
       return o, entries
     o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
                                              sink_H=sink_H)
