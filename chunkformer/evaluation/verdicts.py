@@ -28,6 +28,11 @@ FULL_ACCURACY = 0.95
 LEARNED_ACCURACY = 0.5  # far accuracy below this: the model did not learn the task
 
 
+def _far(r: Record) -> float | None:
+  """The far-needle accuracy of a record ("mean_accuracy" in records that lack the field)."""
+  return r.get("far_accuracy", r.get("mean_accuracy"))
+
+
 def _lengths(r: Record) -> tuple[int, int]:
   return r.get("key_len", 1), r.get("value_len", 1)
 
@@ -70,7 +75,7 @@ def _period_claim(r: Record) -> str:
   m, period, p = r.get("chunk_size"), r.get("detected_period"), r.get("p_value")
   ok = period == m and p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
-  far = r.get("far_accuracy", r.get("mean_accuracy"))
+  far = _far(r)
   caution = ("" if far is None or far >= LEARNED_ACCURACY else
              f"; caution: far accuracy {_f(far)} < {LEARNED_ACCURACY}, the task is barely learned")
   return (f"{head}: period = M for fixed M={m} ({r['name']}, {_needle(r)}): detected period "
@@ -80,8 +85,7 @@ def _period_claim(r: Record) -> str:
 
 
 def _full_claim(r: Record) -> str:
-  p, period, far = r.get("p_value"), r.get("detected_period"), r.get("far_accuracy",
-                                                                      r.get("mean_accuracy"))
+  p, period, far = r.get("p_value"), r.get("detected_period"), _far(r)
   ok = (p is not None and p > NULL_ALPHA and period is None and far is not None
         and far >= FULL_ACCURACY)
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
@@ -130,7 +134,7 @@ def _gap_claims(plain: Sequence[Record]) -> list[str]:
 def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
   m = r.get("chunk_size")
   base = next((b for b in plain if b.get("chunk_size") == m and _lengths(b) == _lengths(r)), None)
-  gap, far, p = r.get("max_gap"), r.get("far_accuracy", r.get("mean_accuracy")), r.get("p_value")
+  gap, far, p = r.get("max_gap"), _far(r), r.get("p_value")
   pooled = (r.get("all_depths") or {}).get("p_value")
   ratio = r.get("compression_ratio")
   text = (f"{r['name']} ({r.get('chunking')}, M/target {m}, achieved ratio "
@@ -138,7 +142,7 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
           f"p = {_p(p)}" + ("" if pooled is None else f" (all depths pooled: p = {_p(pooled)})"))
   if base is None:
     return f"CURE (no baseline): {text}; no plain fixed M={m} variant with these needles"
-  b_gap, b_far = base.get("max_gap"), base.get("far_accuracy", base.get("mean_accuracy"))
+  b_gap, b_far = base.get("max_gap"), _far(base)
   if None in (gap, far, b_gap, b_far):
     verdict = "incomplete numbers"
   elif b_far < LEARNED_ACCURACY:
