@@ -10,13 +10,17 @@ cd "$(dirname "$0")"
 VENV="${CHUNKFORMER_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
 
+# ensure_env [LOCK...]: requirements.lock plus the extra locks named (the test job adds
+# requirements-test.lock: torch and transformers, the reference for checkpoint import tests).
 ensure_env() {
-  local stamp="$VENV/.chunkformer-deps" want
-  want="$(cat requirements.lock setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+  local stamp="$VENV/.chunkformer-deps" want locks=(requirements.lock "$@") lock
+  want="$(cat "${locks[@]}" setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "[run.sh] installing pinned dependencies into $VENV" >&2
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.lock
+    for lock in "${locks[@]}"; do
+      "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$lock"
+    done
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
       --no-build-isolation -e .
     echo "$want" > "$stamp"
@@ -25,7 +29,7 @@ ensure_env() {
 
 job="${1:-demo}"
 shift || true
-ensure_env
+if [ "$job" = test ]; then ensure_env requirements-test.lock; else ensure_env; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 case "$job" in
   demo)

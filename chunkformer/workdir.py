@@ -53,6 +53,19 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any
           for k in sorted(a.keys() | b.keys()) if a.get(k, "<absent>") != b.get(k, "<absent>")}
 
 
+def recorded_identity(recorded: dict[str, Any]) -> dict[str, Any]:
+  """A recorded config.json with every field it lacks filled with today's default.
+
+  A run written before a field existed ran with that field's default behaviour, so a field
+  added with a default must not make the run "different". Records that no longer parse (a
+  field removed or renamed) are compared as they are, so the differing field is still named.
+  """
+  try:
+    return config_json(config_lib.from_dict(recorded))
+  except ConfigError:
+    return recorded
+
+
 def read_config(workdir: str) -> Config:
   """The config recorded in ``workdir``; ConfigError naming the directory if there is none."""
   path = os.path.join(workdir, CONFIG_FILE)
@@ -70,7 +83,7 @@ def prepare(workdir: str, config: Config, overwrite: bool = False) -> None:
   if os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
-    diff = differences(old, new)
+    diff = differences(recorded_identity(old), new)
     blocking = {k: v for k, v in diff.items() if k not in BOOKKEEPING_FIELDS}
     if blocking and not overwrite:
       lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in blocking.items())

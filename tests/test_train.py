@@ -173,3 +173,30 @@ def test_non_finite_loss_stops_the_run_naming_the_step(tmp_path):
   with pytest.raises(FloatingPointError, match="at step 1 "):
     trainer.train(config, str(tmp_path))
   assert sorted(os.listdir(os.path.join(tmp_path, "checkpoints"))) == ["1"]
+
+
+def _drop_field(tree: dict, dotted: str) -> None:
+  *path, leaf = dotted.split(".")
+  for key in path:
+    tree = tree[key]
+  del tree[leaf]
+
+
+def test_run_recorded_before_a_field_existed_is_the_same_run(tmp_path):
+  # A committed run directory, as the previous code wrote it, with one field removed to stand
+  # for a field added since (with its default): accepted as the same run, not moved aside.
+  committed = os.path.join(os.path.dirname(__file__), "..", "results", "study", "fixed_m4")
+  with open(os.path.join(committed, workdir_lib.CONFIG_FILE)) as f:
+    recorded = json.load(f)
+  config = config_lib.from_dict(recorded)
+  _drop_field(recorded, "model.attention.interpret")
+  with open(tmp_path / workdir_lib.CONFIG_FILE, "w") as f:
+    json.dump(recorded, f)
+  workdir_lib.prepare(str(tmp_path), config)
+  assert not glob.glob(os.path.join(tmp_path, "replaced-*"))
+  # A field whose recorded value is not today's default still names itself.
+  recorded["model"]["attention"]["interpret"] = True
+  with open(tmp_path / workdir_lib.CONFIG_FILE, "w") as f:
+    json.dump(recorded, f)
+  with pytest.raises(ConfigError, match=r"model.attention.interpret: True -> False"):
+    workdir_lib.prepare(str(tmp_path), config)
