@@ -24,6 +24,8 @@ BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
 ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
+LAYOUTS = ("qwen3", "deepseek_v4")
+INDEXERS = ("simple", "lightning")
 TASKS = ("kv", "code")
 DTYPES = ("float32", "bfloat16")
 
@@ -74,6 +76,16 @@ class AttentionConfig:
   ratio_loss_weight: float = 0.03  # weight of the H-Net compression-ratio loss
   implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu (kernels/)
   interpret: bool = False  # run Pallas kernels in interpret mode (CPU tests)
+  # DeepSeek-V4 fidelity (attention/v4_projection.py, attention/lightning_indexer.py).
+  layout: str = "qwen3"  # qwen3 (q/k/v/o) | deepseek_v4 (low-rank q, K = V, grouped low-rank o)
+  derotate: bool = True  # rotate values carrying RoPE back by the query position (reference)
+  query_rank: int = 64  # deepseek_v4: width of the low-rank query q_a (channels)
+  output_rank: int = 64  # deepseek_v4: low-rank width per output group (channels)
+  output_groups: int = 1  # deepseek_v4: groups of heads in the output projection
+  indexer: str = "simple"  # top-k scorer: simple (one query per kv head) | lightning (V4)
+  index_heads: int = 4  # lightning indexer heads
+  index_head_dim: int = 32  # lightning indexer head dim (its own compressor's width)
+  indexer_loss_weight: float = 1.0  # lightning: weight of the KL to the attention's entry mass
 
   def validate(self, field: str, num_kv_heads: int, head_dim: int, vocab_size: int) -> None:
     _one_of(self.kind, ATTENTION_KINDS, f"{field}.kind")
@@ -82,6 +94,23 @@ class AttentionConfig:
     _one_of(self.boundary, BOUNDARY_PREDICTORS, f"{field}.boundary")
     _one_of(self.router_rule, ROUTER_RULES, f"{field}.router_rule")
     _one_of(self.implementation, IMPLEMENTATIONS, f"{field}.implementation")
+    _one_of(self.layout, LAYOUTS, f"{field}.layout")
+    _one_of(self.indexer, INDEXERS, f"{field}.indexer")
+    if self.layout == "deepseek_v4":
+      _require(self.kind in ("window", "fixed", "dynamic"), f"{field}.layout",
+               f"'deepseek_v4' serves kinds window, fixed and dynamic, not {self.kind!r}")
+      for name in ("query_rank", "output_rank", "output_groups"):
+        _require(getattr(self, name) >= 1, f"{field}.{name}", "must be >= 1")
+    if self.indexer == "lightning" and self.topk:
+      _require(self.layout == "deepseek_v4", f"{field}.indexer",
+               "the lightning indexer reads the low-rank query: needs layout 'deepseek_v4'")
+      for name in ("index_heads", "index_head_dim"):
+        _require(getattr(self, name) >= 1, f"{field}.{name}", "must be >= 1")
+      _require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.stagger",
+               "the lightning indexer's entries follow one chunking shared by the kv heads")
+      _require(self.index_head_dim % 2 == 0, f"{field}.index_head_dim",
+               f"must be even (overlap halves, RoPE pairs), got {self.index_head_dim}")
+      _require(self.indexer_loss_weight >= 0, f"{field}.indexer_loss_weight", "must be >= 0")
     _require(self.window >= 0, f"{field}.window", f"must be >= 0, got {self.window}")
     _require(self.chunk_size >= 1, f"{field}.chunk_size", f"must be >= 1, got {self.chunk_size}")
     _require(self.topk >= 0, f"{field}.topk", f"must be >= 0, got {self.topk}")
@@ -184,6 +213,12 @@ class ModelConfig:
   key_shift: int = 0  # width of a causal conv mixing x_{t-w+1..t} into keys; 0 = off
   value_shift: bool = False  # apply the same token shift to values
   dtype: str = "float32"  # activation dtype
+  # RoPE of compressed layers (kinds fixed, dynamic), as DeepSeek-V4: own base, YaRN.
+  compressed_rope_base: float = 0.0  # 0 = rope_base (DeepSeek-V4: 160000)
+  yarn_factor: float = 1.0  # YaRN context extension factor on compressed layers; 1 = off
+  yarn_original_len: int = 0  # tokens the compressed base was trained for; 0 = no YaRN
+  yarn_beta_fast: float = 32.0  # YaRN ramp bounds (rotations), as the reference
+  yarn_beta_slow: float = 1.0
   attention: AttentionConfig = AttentionConfig()
   layer_pattern: str = ""  # per-layer attention overrides, see module docstring
 
@@ -215,9 +250,18 @@ class ModelConfig:
     _require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
     _require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
     _one_of(self.dtype, DTYPES, "model.dtype")
+    _require(self.compressed_rope_base >= 0, "model.compressed_rope_base", "must be >= 0")
+    _require(self.yarn_factor >= 1.0, "model.yarn_factor", f"must be >= 1, got {self.yarn_factor}")
+    _require(self.yarn_original_len >= 0, "model.yarn_original_len", "must be >= 0 (0 = off)")
     for i, layer in enumerate(self.layers):
-      layer.validate(f"model.attention[layer {i}]", self.num_kv_heads, self.head_dim,
-                     self.vocab_size)
+      field = f"model.attention[layer {i}]"
+      layer.validate(field, self.num_kv_heads, self.head_dim, self.vocab_size)
+      if layer.layout == "deepseek_v4":
+        _require(self.num_heads % layer.output_groups == 0, f"{field}.output_groups",
+                 f"must divide num_heads ({self.num_heads}), got {layer.output_groups}")
+      if layer.indexer == "lightning" and layer.topk:
+        _require(layer.index_head_dim >= self.rope_dim, f"{field}.index_head_dim",
+                 f"must hold the {self.rope_dim} rotating channels, got {layer.index_head_dim}")
 
 
 def _parse_bool(text: str) -> bool:

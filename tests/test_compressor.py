@@ -18,7 +18,7 @@ from chunkformer.compression import (
   static_offsets,
 )
 from chunkformer.config import AttentionConfig, ModelConfig
-from chunkformer.layers import apply_rope
+from chunkformer.layers import Rope, apply_rope
 from chunkformer.model import Transformer
 
 B, T, E, K, D, M = 2, 13, 16, 2, 8, 4
@@ -70,7 +70,7 @@ def _loop_reference(params, x, attn, offsets, rope_dim):
     positions[b, i, k] = i * M - o
   out = out / np.sqrt(np.mean(out**2, axis=-1, keepdims=True) + 1e-6) * p["norm"]["scale"]
   rotated = apply_rope(jnp.asarray(out.reshape(B, c * K, 1, D), jnp.float32),
-                       jnp.asarray(positions.reshape(B, c * K)), rope_dim, 10000.0)
+                       jnp.asarray(positions.reshape(B, c * K)), Rope(rope_dim, 10000.0))
   return np.asarray(rotated).reshape(B, c, K, D)
 
 

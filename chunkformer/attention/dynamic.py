@@ -30,6 +30,9 @@ pass), the router's gradient from the language-model loss; the owner sows the we
 loss into ``aux_loss`` and the measured mean chunk length (tokens per entry) into
 ``aux_metrics``.
 
+Projections follow ``attn.layout`` (qwen3 or deepseek_v4, as the fixed kind), and values that
+carry RoPE are rotated back at the query position after attention (``common.derotate``).
+
 Decoding (ctx.decode): see chunkformer/attention/dynamic_decode.py.
 """
 
@@ -42,7 +45,7 @@ import jax.numpy as jnp
 import kernels
 from chunkformer import chunking
 from chunkformer.attention import compressed_core, dynamic_decode
-from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
+from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.compression import Compressor
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
@@ -134,7 +137,7 @@ class DynamicAttention(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
     m, a = self.model, self.attn
-    qkv = QKVProjection(m, name="qkv")
+    qkv, out = projections(m, a)
     sink_H = None
     if a.sink:
       sink_H = self.param("sink", nn.with_logical_partitioning(nn.initializers.zeros, ("heads",)),
@@ -148,7 +151,7 @@ class DynamicAttention(nn.Module):
       o, state.value, shared = dynamic_decode.step(
           m, a, parts, boundary_key(a, self.layer), visibility_delay(a), x_BxTxE, ctx,
           state.value, shared)
-      return OutputProjection(m, name="out")(o), shared
+      return out(derotate(m, a, o, ctx.positions_BxT)), shared
     q, k, v = qkv(x_BxTxE, ctx)
     ends_BxT, probs_BxT, shared = self._boundaries(x_BxTxE, ctx, shared, router)
     o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, sink_H, ends_BxT, probs_BxT)
@@ -156,7 +159,7 @@ class DynamicAttention(nn.Module):
       state = self.variable("cache", "state", cache_lib.missing_cache)
       state.value = dynamic_decode.prefill_state(a, compressors, visibility_delay(a), x_BxTxE,
                                                  k, v, ends_BxT, entries, state.value)
-    return OutputProjection(m, name="out")(o), shared
+    return out(derotate(m, a, o, ctx.positions_BxT)), shared
 
   def _boundaries(self, x_BxTxE, ctx, shared, router) -> tuple[Array, Array | None, dict]:
     """(ends_BxT, probs_BxT or None, shared): computed by the owner, read by the others."""

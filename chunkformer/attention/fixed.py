@@ -11,11 +11,18 @@ Chunk boundaries may be shifted per layer or kv head (stagger, chunk_offset) and
 phase per row in training (rng stream 'phase'). With ``mutable=["intermediates"]`` the realised
 pooling weights (``.../compressor/pool_weights``) and the offsets (``chunk_offsets``) are sown.
 
-Indexer (attn.topk > 0), a simplified DeepSeek lightning indexer: one indexer query per kv
-head, ``indexer`` (x W_idx), scored against the entry keys; each query keeps the top-k visible
-entries by that score (hard selection). The indexer learns through a straight-through term:
-the selected entries' attention logits get ``score - stop_gradient(score)`` added (zero in the
-forward pass), so its gradient is the one it would get as an additive logit bias.
+Indexer (attn.topk > 0): ``attn.indexer = "lightning"`` is DeepSeek-V4's (own compressor,
+several ReLU heads from the low-rank query, KL training; attention/lightning_indexer.py).
+``"simple"`` is a simplified one: one indexer query per kv head, ``indexer`` (x W_idx), scored
+against the entry keys; each query keeps the top-k visible entries by that score (hard
+selection). It learns through a straight-through term: the selected entries' attention logits
+get ``score - stop_gradient(score)`` added (zero in the forward pass), so its gradient is the
+one it would get as an additive logit bias.
+
+Projections (attn.layout): ``qwen3`` (q/k/v/o, attention/common.py) or ``deepseek_v4``
+(low-rank query, K = V raw tokens, grouped low-rank output; attention/v4_projection.py).
+Values that carry RoPE are rotated back at the query position after attention
+(``common.derotate``, all implementations and decoding alike).
 
 Implementation (attn.implementation): ``compressed_core.attend`` runs the blockwise XLA path
 ("xla") or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries (one
@@ -35,7 +42,8 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer.attention import compressed_core, fixed_decode
-from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
+from chunkformer.attention.common import AttentionContext, derotate, projections
+from chunkformer.attention.lightning_indexer import LightningIndexer
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
@@ -70,7 +78,7 @@ class FixedAttention(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
     m, a = self.model, self.attn
-    qkv = QKVProjection(m, name="qkv")
+    qkv, out = projections(m, a)
     sink_H = None
     if a.sink:
       sink_H = self.param("sink", nn.with_logical_partitioning(nn.initializers.zeros, ("heads",)),
@@ -78,24 +86,31 @@ class FixedAttention(nn.Module):
     compressors = self.compressors()
     indexer = None
     if compressors and a.topk:
-      indexer = Projection((m.num_kv_heads, m.head_dim), ("embed", "kv_heads", "head_dim"),
-                           name="indexer")
+      if a.indexer == "lightning":
+        indexer = LightningIndexer(m, a, name="indexer")
+      else:
+        indexer = Projection((m.num_kv_heads, m.head_dim), ("embed", "kv_heads", "head_dim"),
+                             name="indexer")
     if ctx.decode:
+      if isinstance(indexer, LightningIndexer):
+        raise NotImplementedError(
+            "decoding with attn.indexer='lightning' needs a cache of the indexer's own entries, "
+            "which chunkformer does not keep yet; decode with indexer='simple' or topk=0")
       state = self.variable("cache", "state", cache_lib.missing_cache)
       if x_BxTxE.shape[1] == 1:
         parts = fixed_decode.Parts(qkv, compressors, indexer, sink_H)
         o, state.value = fixed_decode.step(m, a, self.layer, parts, x_BxTxE, state.value)
       else:  # prefill: the parallel forward pass, then the cache it leaves behind
         q, k, v = qkv(x_BxTxE, ctx)
-        o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, indexer, sink_H)
+        o, entries = self._forward(x_BxTxE, ctx, qkv, q, k, v, compressors, indexer, sink_H)
         state.value = fixed_decode.prefill_state(m, a, self.layer, compressors, x_BxTxE, k, v,
                                                  entries, state.value)
     else:
       q, k, v = qkv(x_BxTxE, ctx)
-      o, _ = self._forward(x_BxTxE, ctx, q, k, v, compressors, indexer, sink_H)
-    return OutputProjection(m, name="out")(o), shared
+      o, _ = self._forward(x_BxTxE, ctx, qkv, q, k, v, compressors, indexer, sink_H)
+    return out(derotate(m, a, o, ctx.positions_BxT)), shared
 
-  def _forward(self, x_BxTxE, ctx, q, k, v, compressors, indexer,
+  def _forward(self, x_BxTxE, ctx, qkv, q, k, v, compressors, indexer,
                sink_H) -> tuple[Array, dict[str, Array]]:
     """(o_BxTxHxD, entries_BxCxKxD per compressor stream)."""
     m, a = self.model, self.attn
@@ -116,7 +131,10 @@ class FixedAttention(nn.Module):
         visible = compressed_core.entry_visibility(
             chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
             jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
-        select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
+        if isinstance(indexer, LightningIndexer):
+          select = indexer(x_BxTxE, qkv.query_residual(x_BxTxE), ctx, offsets, q, ek, visible)
+        else:
+          select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
       o = compressed_core.attend(
           q, k, v, ctx.segment_ids_BxT, window=a.window, entry_k_BxCxKxD=ek,
           entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,

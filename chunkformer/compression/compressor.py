@@ -29,7 +29,14 @@ import jax.numpy as jnp
 
 from chunkformer.compression import pooling
 from chunkformer.config import AttentionConfig, ModelConfig
-from chunkformer.layers import Projection, RMSNorm, TokenShift, apply_rope, dense_init
+from chunkformer.layers import (
+  Projection,
+  RMSNorm,
+  TokenShift,
+  apply_rope,
+  dense_init,
+  layer_rope,
+)
 
 Array = jax.Array
 
@@ -209,7 +216,7 @@ class Compressor(nn.Module):
     b, c, k, d = pooled_BxCxKxD.shape
     entries = self.norm(pooled_BxCxKxD)
     rotated = apply_rope(entries.reshape(b, c * k, 1, d), positions_BxCxK.reshape(b, c * k),
-                         self.model.rope_dim, self.model.rope_base)
+                         layer_rope(self.model, self.attn))
     return rotated.reshape(b, c, k, d)
 
   def slot_buffer(self, x_BxTxK_: Array, chunks: FixedChunks) -> Array:

@@ -1,0 +1,137 @@
+"""DeepSeek-V4's lightning indexer (``attn.indexer = "lightning"``, fixed kind, top-k > 0).
+
+Scores every causally visible entry for every query and keeps the top-k, as the reference:
+- its own compressor (``compressor``: the layer's pooling, overlap and chunks, at width
+  ``index_head_dim`` with one head), whose entries are RMS-normed and RoPE'd like the main ones;
+- ``index_heads`` query heads from the low-rank query residual, ``q_I = q_r W_qb`` (RoPE'd);
+- per-head weights from x, ``w = x W_w * index_head_dim^-1/2 * index_heads^-1/2``;
+- ``score[t, c] = sum_j w_j[t] * relu(q_I[t, j] . k_I[c])``; the top-k visible entries by
+  score are selected (all of them when fewer are visible; exactly k, ties to the lower index).
+The reference's Hadamard rotation of q_I and k_I (``rotate_activation``) is orthonormal and
+applied to both, so it leaves every score unchanged: it serves its FP8 path and is omitted.
+
+Training signal (DeepSeek-V3.2's): the indexer is trained only by a KL term toward the main
+attention, and the main model gets no gradient from it (selection is hard; the indexer's inputs
+are stop-gradient). Target: each query head's attention restricted to the visible entries,
+summed over heads and renormalised (stop-gradient); prediction: softmax of the index scores
+over the same visible entries. ``attn.indexer_loss_weight * KL`` is sown into ``aux_loss`` as
+``indexer_kl``, averaged over the queries that see at least one entry. This is V3.2's dense
+warm-up loss, used throughout training (V3.2 then restricts it to the selected entries; with
+all visible entries the indexer also learns to rank the ones it would drop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from chunkformer.attention import compressed_core
+from chunkformer.compression import Compressor, fixed_chunks
+from chunkformer.config import AttentionConfig, ModelConfig
+from chunkformer.layers import Projection, apply_rope, layer_rope
+
+Array = jax.Array
+
+
+def index_model(model: ModelConfig, attn: AttentionConfig) -> ModelConfig:
+  """The model config the indexer's compressor sees: one head of ``index_head_dim`` channels,
+  the layer's rotating channels, no token shift."""
+  rope_fraction = model.rope_dim / attn.index_head_dim if model.rope else 0.0
+  return dataclasses.replace(model, num_kv_heads=1, head_dim=attn.index_head_dim,
+                             rope_fraction=rope_fraction, key_shift=0, value_shift=False)
+
+
+def index_scores(q_BxTxIxD: Array, weights_BxTxI: Array, entry_k_BxCxD: Array) -> Array:
+  """score_BxTxC = sum_j w_j relu(q_j . k_c) (float32)."""
+  dots = jnp.einsum("btid,bcd->btic", q_BxTxIxD, entry_k_BxCxD,
+                    preferred_element_type=jnp.float32)
+  return jnp.einsum("btic,bti->btc", jax.nn.relu(dots), weights_BxTxI.astype(jnp.float32))
+
+
+def entry_attention_target(q_BxTxHxD: Array, entry_k_BxCxKxD: Array,
+                           visible_BxTxKxC: Array) -> Array:
+  """target_BxTxC: each head's attention over the visible entries, summed over heads, then
+  normalised (zeros for a query that sees none)."""
+  b, t, h, d = q_BxTxHxD.shape
+  qg = compressed_core.split_heads(q_BxTxHxD, entry_k_BxCxKxD.shape[2])
+  scores = jnp.einsum("btkgd,bckd->btkgc", qg, entry_k_BxCxKxD,
+                      preferred_element_type=jnp.float32) * d**-0.5
+  mask = visible_BxTxKxC[:, :, :, None]
+  scores = jnp.where(mask, scores, -jnp.inf)
+  m = jnp.max(scores, axis=-1, keepdims=True)
+  p = jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0))
+  p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+  mass = jnp.sum(p, axis=(2, 3))
+  return mass / jnp.maximum(jnp.sum(mass, axis=-1, keepdims=True), 1e-30)
+
+
+def kl_to_target(target_BxTxC: Array, scores_BxTxC: Array, visible_BxTxC: Array) -> Array:
+  """Mean over queries seeing >= 1 entry of KL(target || softmax(scores over visible))."""
+  logits = jnp.where(visible_BxTxC, scores_BxTxC, -jnp.inf)
+  m = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  lse = m + jnp.log(jnp.maximum(jnp.sum(jnp.exp(logits - m), axis=-1, keepdims=True), 1e-30))
+  log_pred = jnp.where(visible_BxTxC, scores_BxTxC - lse, 0.0)
+  safe_t = jnp.where(target_BxTxC > 0, target_BxTxC, 1.0)
+  kl = jnp.sum(jnp.where(target_BxTxC > 0, target_BxTxC * (jnp.log(safe_t) - log_pred), 0.0),
+               axis=-1)
+  sees = jnp.any(visible_BxTxC, axis=-1)
+  return jnp.sum(jnp.where(sees, kl, 0.0)) / jnp.maximum(jnp.sum(sees), 1)
+
+
+def select_exactly_topk(scores_BxTxC: Array, visible_BxTxC: Array, k: int) -> Array:
+  """selected_BxTxC: the k highest-scoring visible entries (all when fewer are visible).
+
+  Exactly k, as the reference's ``topk``: ReLU scores tie at 0 often, and a threshold would
+  admit every tied entry. Ties go to the lower entry index (``lax.top_k`` is stable).
+  """
+  masked = jnp.where(visible_BxTxC, scores_BxTxC, -jnp.inf)
+  _, idx_BxTxK = jax.lax.top_k(jax.lax.stop_gradient(masked), min(k, masked.shape[-1]))
+  hit = jnp.any(idx_BxTxK[..., None] == jnp.arange(masked.shape[-1]), axis=-2)
+  return hit & visible_BxTxC
+
+
+class LightningIndexer(nn.Module):
+  """Selects the top-k visible entries per query (see module docstring)."""
+
+  model: ModelConfig
+  attn: AttentionConfig
+
+  def setup(self):
+    a = self.attn
+    self.wq_b = Projection((a.index_heads, a.index_head_dim),
+                           ("q_rank", "index_heads", "index_head_dim"))
+    self.weights_proj = Projection((a.index_heads,), ("embed", "index_heads"))
+    self.compressor = Compressor(index_model(self.model, a), a)
+
+  def score(self, x_BxTxE: Array, q_r_BxTxRq: Array, positions_BxT: Array,
+            segment_ids_BxT: Array, offsets_BxK: Array | None) -> tuple[Array, Array]:
+    """(score_BxTxC, visible_BxTxC) of the indexer's own entries (same chunks as the layer)."""
+    a = self.attn
+    b, t, _ = x_BxTxE.shape
+    q = apply_rope(self.wq_b(q_r_BxTxRq), positions_BxT, layer_rope(self.model, a))
+    weights = self.weights_proj(x_BxTxE) * (a.index_head_dim**-0.5 * a.index_heads**-0.5)
+    chunks = fixed_chunks(t, a.chunk_size, None if offsets_BxK is None else offsets_BxK[:, :1],
+                          b, 1, positions_BxT, segment_ids_BxT)
+    entries_BxCx1xD = self.compressor.compress(x_BxTxE, chunks, segment_ids_BxT)
+    visible = compressed_core.entry_visibility(
+        chunks.ends_BxCxK, chunks.segment_ids_BxCxK, jnp.broadcast_to(jnp.arange(t), (b, t)),
+        segment_ids_BxT)[:, :, 0]
+    return index_scores(q, weights, entries_BxCx1xD[:, :, 0]), visible
+
+  def __call__(self, x_BxTxE: Array, q_r_BxTxRq: Array, ctx, offsets_BxK: Array | None,
+               q_BxTxHxD: Array, entry_k_BxCxKxD: Array, visible_BxTxKxC: Array) -> Array:
+    """selected_BxTxKxC: the top-k visible entries (shared by the kv heads); sows the KL."""
+    a = self.attn
+    x, q_r = jax.lax.stop_gradient(x_BxTxE), jax.lax.stop_gradient(q_r_BxTxRq)
+    scores, visible = self.score(x, q_r, ctx.positions_BxT, ctx.segment_ids_BxT, offsets_BxK)
+    selected = select_exactly_topk(scores, visible, a.topk)[:, :, None]
+    if a.indexer_loss_weight:
+      target = jax.lax.stop_gradient(
+          entry_attention_target(q_BxTxHxD, entry_k_BxCxKxD, visible_BxTxKxC))
+      self.sow("aux_loss", "indexer_kl",
+               a.indexer_loss_weight * kl_to_target(target, scores, visible))
+    return jnp.broadcast_to(selected, visible_BxTxKxC.shape)

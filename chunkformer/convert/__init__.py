@@ -1,0 +1,1 @@
+"""Weight conversion from published checkpoints into chunkformer parameters."""

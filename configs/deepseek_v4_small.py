@@ -1,0 +1,59 @@
+"""DeepSeek-V4's attention at small scale on synthetic key-value retrieval (CPU-trainable).
+
+  python train.py --config configs/deepseek_v4_small.py --workdir workdirs/deepseek_v4_small
+
+The V4 layer pattern: CSA (M = 4, overlapping chunks, the lightning indexer keeping the top 32
+entries per query) alternating with HCA (M = 128, every entry), each with a sliding window of
+W = 128 raw tokens and a learned sink; the V4 projections (low-rank query with its norms, one
+K = V vector per raw token, grouped low-rank output, values rotated back after attention), one
+kv head (MQA), compressed layers on their own RoPE base (160000, the reference's). Rows of 512
+tokens, so the HCA layer holds 3 finished entries per row (ends 127, 255, 383) and a needle
+more than W tokens before its query is reachable only through entries. The indexer trains by
+its KL term toward the attention's entry distribution (attention/lightning_indexer.py); the
+sizes are the study's (d = 64, heads of 16 with 4 rotating channels), not DeepSeek-V4's.
+Held-out accuracy and time: WORKSPACE.md ("DeepSeek-V4 fidelity").
+"""
+
+from configs import base
+
+
+def get_config():
+  c = base.get_config()
+  c.model.num_layers = 2
+  c.model.d_model = 64
+  c.model.num_heads = 4
+  c.model.num_kv_heads = 1  # MQA, as DeepSeek-V4
+  c.model.head_dim = 16
+  c.model.mlp_dim = 256
+  c.model.rope_fraction = 0.25  # 4 rotating channels per head (V4: 64 of 512)
+  c.model.compressed_rope_base = 160000.0  # RoPE base of the compressed layers (V4's)
+  c.model.vocab_size = 128  # the kv task uses 71 ids; a round size for sharding
+  c.model.key_shift = 0  # faithful: no local mixing before compression
+  a = c.model.attention
+  a.kind = "fixed"
+  a.layout = "deepseek_v4"
+  a.window = 128  # W raw tokens
+  a.sink = True
+  a.pooling = "gated"  # learned gate + slot bias
+  a.query_rank = 32  # low-rank query width
+  a.output_groups = 2  # groups of heads in the output projection
+  a.output_rank = 32  # low-rank width per output group
+  a.indexer = "lightning"
+  a.index_heads = 4
+  a.index_head_dim = 16
+  a.indexer_loss_weight = 1.0
+  c.model.layer_pattern = "chunk_size=4,overlap=true,topk=32;chunk_size=128"  # CSA; HCA
+  c.data.task = "kv"
+  c.data.seq_len = 512
+  c.data.batch_size = 8
+  c.data.num_pairs = 16
+  c.data.num_queries = 16
+  c.data.near_distance = 128  # beyond the window: only entries reach the needle
+  c.train.steps = 600
+  c.train.learning_rate = 3e-3
+  c.train.warmup_steps = 100
+  c.train.log_every = 50
+  c.train.eval_every = 200
+  c.train.eval_batches = 4
+  c.train.checkpoint_every = 200
+  return c
