@@ -49,7 +49,7 @@ def get_config():
   c.data.num_pairs = 16
   c.data.num_queries = 16
   c.data.near_distance = 128  # beyond the window: only entries reach the needle
-  c.train.steps = 600
+  c.train.steps = 1000
   c.train.learning_rate = 3e-3
   c.train.warmup_steps = 100
   c.train.log_every = 50

@@ -54,6 +54,11 @@ class DecodeTest(parameterized.TestCase):
             chunk_offset=1, pooling="mlp", layer_pattern="", num_layers=2), 5),
       ("mean_pooling_layer_stagger", dict(pooling="mean", stagger="layers", window=0,
                                           layer_pattern="window=0;window=2"), 7),
+      # DeepSeek-V4 projections (K = V ring, values rotated back), CSA with a top-k indexer,
+      # window-only and HCA-like layers.
+      ("deepseek_v4_layout", dict(
+          layout="deepseek_v4", query_rank=16, output_groups=2, output_rank=8, sink=True,
+          layer_pattern="overlap=true,topk=2;kind=window;chunk_size=8"), 5),
   )
   def test_decode_matches_forward(self, config, prompt_len):
     model = Transformer(_model(**config))

@@ -252,6 +252,9 @@ class DecodeTest(parameterized.TestCase):
           layer_pattern=("pooling=mean,shared_kv=false,window=0;"
                          "boundary=fixed,chunk_offset=1,pooling=gated_no_bias,window=4;"
                          "boundary=router,router_rule=end,window=2")), 0),
+      ("deepseek_v4_layout_delimiter", dict(
+          boundary="delimiter", delimiters=DELIMS, max_chunk=4, window=3, sink=True,
+          layout="deepseek_v4", query_rank=16, output_groups=2, output_rank=8), 5),
   )
   def test_decode_matches_forward(self, attn, prompt):
     model = _model(**attn)

@@ -31,10 +31,12 @@ def _batch():
               positions=jnp.arange(T)[None] - starts, loss_mask=jnp.ones((2, T), jnp.float32))
 
 
-def _losses(implementation, kind, boundary):
+def _losses(implementation, kind, boundary, layout="qwen3"):
   # The fixed kind with overlap (DeepSeek CSA): entries of 2M tokens, one end per entry.
   options = (dict(boundary=boundary, min_chunk=1, max_chunk=8) if kind == "dynamic"
              else dict(overlap=True))
+  if layout == "deepseek_v4":  # K = V raw tokens and values rotated back after attention
+    options.update(layout=layout, query_rank=16, output_groups=2, output_rank=8)
   attn = AttentionConfig(kind=kind, chunk_size=4, window=3, sink=True,
                          implementation=implementation, interpret=implementation != "xla",
                          **options)
@@ -56,10 +58,11 @@ def _losses(implementation, kind, boundary):
   return np.asarray(run(params))
 
 
-@pytest.mark.parametrize("kind,boundary",
-                         [("dynamic", "fixed"), ("dynamic", "router"), ("fixed", "")])
-def test_training_through_pallas_gpu_kernels_gives_the_xla_losses(kind, boundary):
-  want = _losses("xla", kind, boundary)
-  got = _losses("pallas_gpu", kind, boundary)
+@pytest.mark.parametrize("kind,boundary,layout",
+                         [("dynamic", "fixed", "qwen3"), ("dynamic", "router", "qwen3"),
+                          ("fixed", "", "qwen3"), ("fixed", "", "deepseek_v4")])
+def test_training_through_pallas_gpu_kernels_gives_the_xla_losses(kind, boundary, layout):
+  want = _losses("xla", kind, boundary, layout)
+  got = _losses("pallas_gpu", kind, boundary, layout)
   assert want[-1] < want[0]  # the run trains, so the comparison is not between constants
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
