@@ -72,8 +72,13 @@ def _x(t, seed=1):
   return jnp.asarray(np.random.default_rng(seed).standard_normal((1, t, E)), jnp.float32)
 
 
-def _apply(module, params, x, ctx, **kwargs):
-  return jax.jit(lambda p, x, c: module.apply({"params": p}, x, c, {}, **kwargs))(params, x, ctx)
+def _jit(module):
+  """The layer's forward pass, compiled once per input shape."""
+  return jax.jit(lambda p, x, c: module.apply({"params": p}, x, c, {}))
+
+
+def _apply(module, params, x, ctx):
+  return _jit(module)(params, x, ctx)
 
 
 LAYERS = dict(
@@ -95,8 +100,9 @@ class TranslationInvarianceTest(parameterized.TestCase):
       module = FixedAttention(model, model.attention, 0)
       x = _x(t)
       params = _random_params(module, x, _ctx(np.arange(t)))
-      base = _apply(module, params, x, _ctx(np.arange(t)))[0]
-      moved = _apply(module, params, x, _ctx(np.arange(t) + shift))[0]
+      forward = _jit(module)
+      base = forward(params, x, _ctx(np.arange(t)))[0]
+      moved = forward(params, x, _ctx(np.arange(t) + shift))[0]
       results[derotate] = float(jnp.max(jnp.abs(moved - base)))
       self.assertGreater(float(jnp.max(jnp.abs(base))), 0.3)  # outputs of order one
     self.assertLess(results[True], 1e-5)
@@ -117,19 +123,20 @@ class TranslationInvarianceTest(parameterized.TestCase):
     module = DynamicAttention(model, model.attention, 0)
     x_content = _x(n, seed=4)
     params = _random_params(module, x_content, _ctx(np.arange(n), tokens=content))
-    alone = _apply(module, params, x_content, _ctx(np.arange(n), tokens=content))[0]
+    forward, old_forward = _jit(module), _jit(
+        DynamicAttention(model, dataclasses.replace(model.attention, derotate=False), 0))
+    alone = forward(params, x_content, _ctx(np.arange(n), tokens=content))[0]
+    old_alone = old_forward(params, x_content, _ctx(np.arange(n), tokens=content))[0]
     for k in (1, 3, 6):
       filler = rng.integers(0, 32, k)
       x = jnp.concatenate([_x(k, seed=5 + k), x_content], axis=1)
       ctx = _ctx(np.concatenate([np.arange(k), k + np.arange(n)]),
                  segment_ids=np.r_[np.zeros(k, int), np.ones(n, int)],
                  tokens=np.r_[filler, content])
-      shifted = _apply(module, params, x, ctx)[0]
-      np.testing.assert_allclose(shifted[0, k:], alone[0], atol=1e-5, rtol=0)
-      old = DynamicAttention(model, dataclasses.replace(model.attention, derotate=False), 0)
-      old_alone = _apply(old, params, x_content, _ctx(np.arange(n), tokens=content))[0]
-      old_shifted = _apply(old, params, x, ctx)[0]
-      self.assertGreater(float(jnp.max(jnp.abs(old_shifted[0, k:] - old_alone[0]))), 1e-3)
+      np.testing.assert_allclose(forward(params, x, ctx)[0][0, k:], alone[0], atol=1e-5, rtol=0)
+      if k == 3:  # the test can fail: without the inverse rotation, position leaks
+        old_shifted = old_forward(params, x, ctx)[0]
+        self.assertGreater(float(jnp.max(jnp.abs(old_shifted[0, k:] - old_alone[0]))), 1e-3)
 
 
 # The reference, written from DeepSeek-V4's public inference code (numpy, float64, one row).
@@ -326,7 +333,7 @@ class LightningIndexerTest(absltest.TestCase):
       y, aux = module.apply({"params": p}, x, ctx, {}, mutable=["aux_loss"])
       return jnp.sum(y[0] * _x(t, seed=9)), aux["aux_loss"]["indexer"]["indexer_kl"][0]
 
-    grads = [jax.grad(lambda p, i=i: losses(p)[i])(params) for i in (0, 1)]
+    grads = jax.jit(lambda p: [jax.grad(lambda p, i=i: losses(p)[i])(p) for i in (0, 1)])(params)
     for which, g in zip(("output", "kl"), grads, strict=True):
       norms = {k: float(sum(jnp.sum(jnp.abs(v)) for v in jax.tree_util.tree_leaves(sub)))
                for k, sub in g.items()}
