@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 
+from kernels import implementation as implementations
 from kernels import reference
 from kernels.block_sizes import PoolBlockSizes
 
@@ -28,6 +29,7 @@ def segment_pool(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capac
   implementation / interpret as in ``chunk_attention``; gradients flow to values, logits and
   slot_bias on every path.
   """
+  implementations.check(implementation)
   if values_BxTxN.ndim != 3 or logits_BxTxN.shape != values_BxTxN.shape:
     raise ValueError(f"values/logits must be BxTxN of equal shape, got {values_BxTxN.shape}, "
                      f"{logits_BxTxN.shape}")
@@ -43,11 +45,9 @@ def segment_pool(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capac
   if implementation == "xla":
     return reference.segment_pool_reference(*args, capacity=capacity,
                                             slot_bias_SxN=slot_bias_SxN)
-  if implementation in ("pallas_gpu", "pallas_tpu"):
+  if implementation in implementations.PALLAS:
     from kernels import pool_kernels
     default = PoolBlockSizes.gpu() if implementation == "pallas_gpu" else PoolBlockSizes.tpu()
     return pool_kernels.segment_pool_pallas(
         *args, capacity=capacity, slot_bias_SxN=slot_bias_SxN, backend=implementation,
         interpret=interpret, block_sizes=block_sizes or default)
-  raise ValueError("implementation must be one of ('xla', 'pallas_gpu', 'pallas_tpu'), got "
-                   f"{implementation!r}")

@@ -24,7 +24,8 @@ def _safe_softmax(logits, sink):
   ``sink`` broadcasts against ``logits[..., :1]`` and adds a value-zero column. Rows with no
   finite logit and no sink get all-zero weights.
   """
-  m = jnp.max(logits, axis=-1, keepdims=True)
+  # initial=-inf: a row with no key at all (window 0 and no entries) is a valid empty max.
+  m = jnp.max(logits, axis=-1, keepdims=True, initial=-jnp.inf)
   if sink is not None:
     m = jnp.maximum(m, sink)
   # The softmax does not depend on the shift, so no gradient flows through it (and none through
@@ -95,8 +96,7 @@ def chunk_attention_reference(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT,
     logits.append(s.reshape(b, kh, g, tp, 2 * band)[:, :, :, :t])
     values.append(("raw", v_win, band, nb, tp))
   s = jnp.einsum("btkgd,bckd->bkgtc", q, entry_k_BxCxKxD.astype(jnp.float32))
-  visible = ((entry_ends_BxC[:, None, :] <= jnp.arange(t)[None, :, None])
-             & (entry_segment_ids_BxC[:, None, :] == seg[:, :, None]))  # B x T x C
+  visible = layout.entry_visibility_BxTxC(entry_ends_BxC, entry_segment_ids_BxC, seg)
   logits.append(jnp.where(visible[:, None, None], s, -jnp.inf))
   sink = _sink_KxG(sink_H, kh, g)
   sink = None if sink is None else sink[None, :, :, None, None]

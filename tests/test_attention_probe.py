@@ -33,7 +33,7 @@ def _mix(weights, v_BxTxKxD, entries_v_BxCxKxD):
   g = H // K
   v = jnp.repeat(v_BxTxKxD, g, axis=2)
   ev = jnp.repeat(entries_v_BxCxKxD, g, axis=2)
-  return (jnp.einsum("bths,bshd->bthd", weights.raw_BxTxHxT, v)
+  return (jnp.einsum("bths,bshd->bthd", weights.raw_BxTxHxS, v)
           + jnp.einsum("bthc,bchd->bthd", weights.entries_BxTxHxC, ev))
 
 
@@ -46,14 +46,17 @@ def test_weights_times_values_give_the_fixed_kinds_output():
   @jax.jit
   def both(q, k, v, seg, sink, offsets, entries):
     chunks = fixed_chunks(T, 4, offsets, B, K, None, seg)
-    layout = dict(entry_k_BxCxKxD=entries, entry_ends_BxCxK=chunks.ends_BxCxK,
-                  entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink)
-    return (compressed_attention(q, k, v, seg, window=3, **layout),
-            attention_probe.attention_weights(q, k, seg, window=3, **layout))
+    layout = dict(entry_k_BxCxKxD=entries, entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK,
+                  sink_H=sink)
+    return (compressed_attention(q, k, v, seg, window=3, entry_ends_BxCxK=chunks.ends_BxCxK,
+                                 **layout),
+            attention_probe.attention_weights(q, k, seg, window=3,
+                                              entry_visible_from_BxCxK=chunks.ends_BxCxK,
+                                              **layout))
 
   want, weights = both(q, k, v, seg, sink, offsets, entries)
   np.testing.assert_allclose(_mix(weights, v, entries), want, atol=1e-5)
-  total = (weights.raw_BxTxHxT.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH)
+  total = (weights.raw_BxTxHxS.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH)
   np.testing.assert_allclose(total, 1.0, atol=1e-5)
 
 
@@ -70,7 +73,7 @@ def test_weights_times_values_give_the_packed_kernel_reference_output():
                                               window=0),
             attention_probe.attention_weights(
                 q, k, seg, window=0, entry_k_BxCxKxD=ek,
-                entry_ends_BxCxK=jnp.broadcast_to(entry_ends[..., None], (B, 16, K)),
+                entry_visible_from_BxCxK=jnp.broadcast_to(entry_ends[..., None], (B, 16, K)),
                 entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[..., None], (B, 16, K))))
 
   want, weights = both(q, k, v, seg, ek, ev, entry_ends, entry_seg)
@@ -118,7 +121,7 @@ def test_fixed_layer_and_its_packed_twin_attend_alike():
   (w_fixed, entry_fixed, _), (w_packed, entry_packed, _) = (
       _probe(model, params, tokens, 1) for model in (fixed, packed))
   closed = T // 4  # the fixed kind's last, unfinished chunk has no packed twin
-  np.testing.assert_allclose(w_fixed.raw_BxTxHxT, w_packed.raw_BxTxHxT, atol=1e-5)
+  np.testing.assert_allclose(w_fixed.raw_BxTxHxS, w_packed.raw_BxTxHxS, atol=1e-5)
   np.testing.assert_allclose(w_fixed.entries_BxTxHxC[..., :closed],
                              w_packed.entries_BxTxHxC[..., :closed], atol=1e-5)
   np.testing.assert_allclose(w_fixed.sink_BxTxH, w_packed.sink_BxTxH, atol=1e-5)

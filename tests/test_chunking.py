@@ -293,7 +293,7 @@ class PackingTest(parameterized.TestCase):
     for row, ok in zip(e, valid, strict=True):
       self.assertTrue((np.diff(row[ok]) > 0).all())
       self.assertTrue(ok[:ok.sum()].all())  # padding only after the last entry
-    vis = np.asarray(chunking.entry_visibility(lay, seg))
+    vis = np.asarray(lay.visibility_BxTxC(seg))
     self.assertFalse((vis & ~valid[:, None, :]).any())
     # Padding entries with arbitrary keys/values do not change the attention output.
     b, t = ends.shape

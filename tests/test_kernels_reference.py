@@ -29,12 +29,29 @@ ATTENTION_CASES = [
 ]
 
 
+dense = jax.jit(kernels.dense_attention, static_argnames=("window",))
+
+
+def _dense(q, k, v, seg, ek, ev, ends, eseg, **kw):
+  return dense(q, k, v, seg, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev, entry_visible_from_BxC=ends,
+               entry_segment_ids_BxC=eseg, **kw)
+
+
 @pytest.mark.parametrize("t,h,kh,m,docs,window,sink", ATTENTION_CASES)
 def test_chunk_attention_reference_matches_dense_oracle(t, h, kh, m, docs, window, sink):
   args, kw = kc.attention_case(t + h, b=2, t=t, h=h, kh=kh, m=m, docs=docs, window=window,
                                sink=sink)
-  out = attention(*args, **kw)
-  np.testing.assert_allclose(out, kc.attention_oracle(*args, **kw), atol=2e-6, rtol=1e-5)
+  want, weights = _dense(*args, **kw)
+  np.testing.assert_allclose(attention(*args, **kw), want, atol=2e-6, rtol=1e-5)
+  total = weights.raw_BxTxHxS.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH
+  assert np.all((np.abs(total - 1) < 1e-5) | (total == 0))
+
+
+def test_dense_oracle_matches_loop_oracle():
+  # The dense oracle is checked once against naive loops over every query, key and entry.
+  args, kw = kc.attention_case(4, b=2, t=17, h=4, kh=2, m="dynamic", docs=3, window=3, sink=True)
+  np.testing.assert_allclose(_dense(*args, **kw)[0], kc.attention_oracle(*args, **kw),
+                             atol=2e-6, rtol=1e-5)
 
 
 def test_query_that_sees_nothing_outputs_zero_with_finite_gradients():

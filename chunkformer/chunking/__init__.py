@@ -17,7 +17,6 @@ from chunkformer.chunking.end_flags import (
 from chunkformer.chunking.packing import (
     PackedLayout,
     entry_capacity,
-    entry_visibility,
     pack,
     packed_layout,
     unpack,
@@ -32,7 +31,6 @@ __all__ = [
     "delimiter_proposals",
     "enforce_lengths",
     "entry_capacity",
-    "entry_visibility",
     "fixed_end_flags",
     "hard_proposals",
     "is_document_start",
