@@ -19,6 +19,7 @@ from kernels.implementation import IMPLEMENTATIONS
 from kernels.layout import (
     PAD_END,
     PAD_SEGMENT,
+    ChunkStructure,
     chunk_starts,
     chunk_structure,
     document_runs,
@@ -36,6 +37,7 @@ from kernels.reference import (
 __all__ = [
     "AttentionBlockSizes",
     "AttentionWeights",
+    "ChunkStructure",
     "DecodeBlockSizes",
     "IMPLEMENTATIONS",
     "PAD_END",

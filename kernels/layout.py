@@ -20,6 +20,8 @@ Conventions shared by every kernel in this package:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -129,13 +131,23 @@ def chunk_starts(ends_BxT: Array, segment_ids_BxT: Array) -> tuple[Array, Array]
   return is_start, jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
 
 
-def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
-  """Token-to-entry map of the packed layout.
+class ChunkStructure(NamedTuple):
+  """Token-to-entry map of the packed layout (``chunk_structure``; ``segment_pool`` takes it)."""
 
-  Returns ``(entry_of_token_BxT, pos_in_chunk_BxT, entry_ends_BxC, entry_segment_ids_BxC,
-  entry_starts_BxC, num_entries_B)``. ``entry_of_token`` is the entry a token is pooled into,
-  or ``capacity`` for tokens of open (never closed) chunks and of chunks beyond the capacity.
-  ``entry_starts`` is the first token of each entry's chunk (``PAD_END`` for padding).
+  entry_of_token_BxT: Array  # entry a token is pooled into; C for open or dropped chunks
+  pos_in_chunk_BxT: Array  # offset of a token inside its chunk (0 = chunk start)
+  entry_ends_BxC: Array  # row index of each entry's last token; PAD_END for padding
+  entry_segment_ids_BxC: Array  # document of each entry; PAD_SEGMENT for padding
+  entry_starts_BxC: Array  # row index of each entry's first token; PAD_END for padding
+  num_entries_B: Array  # closed chunks kept
+
+
+def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int) -> ChunkStructure:
+  """Token-to-entry map of the packed layout (``ChunkStructure``).
+
+  ``entry_of_token`` is the entry a token is pooled into, or ``capacity`` for tokens of open
+  (never closed) chunks and of chunks beyond the capacity. ``entry_starts`` is the first token
+  of each entry's chunk (``PAD_END`` for padding).
   """
   b, t = ends_BxT.shape
   pos = jnp.arange(t, dtype=jnp.int32)
@@ -161,8 +173,8 @@ def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
   entry_segment_ids = scatter(seg, PAD_SEGMENT)
   entry_starts = scatter(chunk_start, PAD_END)
   num_entries = jnp.minimum(jnp.sum(ends, axis=1, dtype=jnp.int32), capacity)
-  return (entry_of_token, pos - chunk_start, entry_ends, entry_segment_ids, entry_starts,
-          num_entries)
+  return ChunkStructure(entry_of_token, pos - chunk_start, entry_ends, entry_segment_ids,
+                        entry_starts, num_entries)
 
 
 def raw_key_start(segment_ids_BxT: Array, window: int) -> Array:

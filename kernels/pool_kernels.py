@@ -165,12 +165,12 @@ def _pool_bwd(cfg, res, d_entries):
 _pool.defvjp(_pool_fwd, _pool_bwd)
 
 
-def segment_pool_pallas(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capacity: int,
+def segment_pool_pallas(values_BxTxN, logits_BxTxN, structure: layout.ChunkStructure, *,
                         slot_bias_SxN, backend: str, interpret, block_sizes: PoolBlockSizes):
   """Pallas implementation of ``kernels.segment_pool`` (same semantics and outputs)."""
   b, t, n = values_BxTxN.shape
-  entry_of_token, pos, entry_ends, entry_seg, entry_starts, _ = layout.chunk_structure(
-      ends_BxT, segment_ids_BxT, capacity)
+  entry_of_token, pos, entry_ends, entry_seg, entry_starts, _ = structure
+  capacity = entry_ends.shape[1]
   z = logits_BxTxN.astype(_F32)
   if slot_bias_SxN is not None:
     z = z + slot_bias_SxN.astype(_F32)[jnp.minimum(pos, slot_bias_SxN.shape[0] - 1)]

@@ -126,8 +126,17 @@ def segment_pool_reference(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT
   Returns ``(entries_BxCxN, entry_ends_BxC, entry_segment_ids_BxC)``; padding entries have
   end ``PAD_END``, segment id ``PAD_SEGMENT`` and zero values.
   """
-  entry_of_token, pos, entry_ends, entry_segment_ids, _, _ = layout.chunk_structure(
-      ends_BxT, segment_ids_BxT, capacity)
+  return pool_structure(values_BxTxN, logits_BxTxN,
+                        layout.chunk_structure(ends_BxT, segment_ids_BxT, capacity),
+                        slot_bias_SxN=slot_bias_SxN)
+
+
+def pool_structure(values_BxTxN, logits_BxTxN, structure: layout.ChunkStructure, *,
+                   slot_bias_SxN=None):
+  """``segment_pool_reference`` on a precomputed ``kernels.chunk_structure``."""
+  entry_of_token, pos = structure.entry_of_token_BxT, structure.pos_in_chunk_BxT
+  entry_ends, entry_segment_ids = structure.entry_ends_BxC, structure.entry_segment_ids_BxC
+  capacity = entry_ends.shape[1]
   z = logits_BxTxN.astype(jnp.float32)
   if slot_bias_SxN is not None:
     slot = jnp.minimum(pos, slot_bias_SxN.shape[0] - 1)

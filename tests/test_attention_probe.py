@@ -8,6 +8,7 @@ import pytest
 
 import kernels
 from chunkformer import runtime as runtime_lib
+from chunkformer.attention.common import OutputProjection
 from chunkformer.attention.compressed_core import compressed_attention
 from chunkformer.compression import fixed_chunks
 from chunkformer.config import AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig
@@ -180,3 +181,40 @@ def test_needle_attention_finds_needles_cut_between_key_and_value(tiny_fixed_mod
     assert (reading["raw_needle"] == 0).all()  # far needles lie outside the window of 3
   groups, means = anatomy.group_means(probe.correct_N, probe.phase_N)
   assert groups == [0, 1, 2, 3] and means.shape == (4,)
+
+
+@pytest.mark.parametrize("attn", [
+    dict(boundary="router", router_rule="start", min_chunk=2, max_chunk=6),
+    dict(boundary="fixed"),
+    dict(boundary="delimiter", delimiters="3,7", min_chunk=1, max_chunk=6),
+], ids=["router_start", "fixed", "delimiter"])
+def test_probe_weights_times_values_give_the_dynamic_layer_output(attn):
+  # The probe must see each entry from the position the layer does: under the router's
+  # 'start' rule one token after the chunk's end.
+  model = _model("dynamic", **attn)
+  tokens = jnp.asarray(np.random.default_rng(14).integers(0, 32, (B, T)), jnp.int32)
+  params = _params(model, tokens, 2)
+  capture = lambda module, method: (attention_probe.capture_filter(module, method)
+                                    or isinstance(module, OutputProjection))
+
+  @jax.jit
+  def run(params, tokens):
+    pos = jnp.broadcast_to(jnp.arange(T), tokens.shape)
+    seg = _documents()
+    _, state = Transformer(model).apply({"params": params}, tokens, pos, seg,
+                                        mutable=["intermediates"], capture_intermediates=capture)
+    inter = state["intermediates"]
+    out = {}
+    for layer in range(model.num_layers):
+      weights, _ = attention_probe.layer_attention(model, params, inter, layer, seg, pos)
+      attn_inter = inter[f"block_{layer}"]["attn"]
+      _, _, v = attn_inter["qkv"]["__call__"][0]
+      entries = attn_inter["entries"][0]
+      o = _mix(weights, v, entries.get("v", entries.get("kv")))
+      out[layer] = (OutputProjection(model).apply(
+          {"params": params[f"block_{layer}"]["attn"]["out"]}, o),
+                    attn_inter["out"]["__call__"][0])
+    return out
+
+  for layer, (got, want) in run(params, tokens).items():
+    np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"layer {layer}")

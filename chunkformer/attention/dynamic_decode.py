@@ -3,7 +3,7 @@
 Per layer (static shapes; one document per row, rows in lockstep as chunkformer/decode.py):
 - ``ring_k``/``ring_v``/``ring_pos``: the last W raw keys/values (chunkformer/kvcache/common.py);
 - ``entries_{s}`` B x C x K x D per compressor stream s and ``num_entries`` B: closed entries in
-  order of their end, C = ``dynamic.capacity(attn, max_len)`` (never overflows);
+  order of their end, C = ``chunking.boundaries.capacity(attn, max_len)`` (never overflows);
 - ``cur_kv_{s}``/``cur_z_{s}`` B x S x K x R, ``cur_len`` B, ``cur_start`` B: the open chunk's
   buffered compressor values and gate logits (S = the longest chunk), its length and the
   position of its first token;

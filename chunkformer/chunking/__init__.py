@@ -4,9 +4,13 @@ A chunking is described by end flags ``ends_BxT`` ("a chunk closes at t"); fixed
 ``end_flags.fixed_end_flags``, the learned router (``router``) and the delimiter rule
 (``delimiter``) propose closes that ``end_flags.enforce_lengths`` turns into end flags under
 min/max chunk lengths. ``packing`` maps end flags to the static-capacity packed entry buffers
-read by ``kernels.segment_pool`` and ``kernels.chunk_attention``.
+read by ``kernels.segment_pool`` and ``kernels.chunk_attention``. ``boundaries`` owns a dynamic
+layer's chunking: ``boundaries.compute`` returns one typed ``Boundaries`` value (end flags,
+router probabilities, packed layout with each entry's visible-from position) that the
+attention kind, decoding, the ratio loss and evaluation consume.
 """
 
+from chunkformer.chunking.boundaries import Boundaries
 from chunkformer.chunking.delimiter import delimiter_proposals
 from chunkformer.chunking.end_flags import (
     enforce_lengths,
@@ -25,6 +29,7 @@ from chunkformer.chunking.ratio_loss import decided_probs, mean_chunk_length, ra
 from chunkformer.chunking.router import BoundaryRouter, hard_proposals, straight_through
 
 __all__ = [
+    "Boundaries",
     "BoundaryRouter",
     "PackedLayout",
     "decided_probs",

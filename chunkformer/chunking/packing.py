@@ -55,6 +55,13 @@ class PackedLayout:
   def valid_BxC(self) -> Array:
     return self.entry_ends_BxC != kernels.PAD_END
 
+  @property
+  def structure(self) -> kernels.ChunkStructure:
+    """The kernels' view of this layout (``kernels.segment_pool(..., structure=)``)."""
+    return kernels.ChunkStructure(self.entry_of_token_BxT, self.pos_in_chunk_BxT,
+                                  self.entry_ends_BxC, self.entry_segment_ids_BxC,
+                                  self.entry_starts_BxC, self.num_entries_B)
+
   def visibility_BxTxC(self, segment_ids_BxT: Array) -> Array:
     """visible_BxTxC: query t may read entry c (``kernels.entry_visible``)."""
     return kernels.entry_visibility_BxTxC(self.entry_visible_from_BxC,

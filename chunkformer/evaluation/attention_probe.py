@@ -28,6 +28,7 @@ import numpy as np
 
 import kernels
 from chunkformer.attention.common import QKVProjection
+from chunkformer.chunking.boundaries import SOWN_VISIBLE_FROM
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
 from chunkformer.config import ModelConfig
 from chunkformer.evaluation.needle_sweep import SweepRows
@@ -122,7 +123,8 @@ def layer_attention(model: ModelConfig, params: Any, intermediates: Any, layer: 
   if attn.kind == "dynamic":
     packed = _find(intermediates, (block, "attn", "entries"))
     ends_BxC = _find(intermediates, (block, "attn", "entry_ends"))
-    if packed is None or ends_BxC is None:
+    visible_from_BxC = _find(intermediates, (block, "attn", SOWN_VISIBLE_FROM))
+    if packed is None or ends_BxC is None or visible_from_BxC is None:
       raise ValueError(f"layer {layer}: the dynamic kind sows its entries only into a mutable "
                        "'intermediates' collection")
     entries = packed.get("kv", packed.get("k"))
@@ -145,7 +147,9 @@ def layer_attention(model: ModelConfig, params: Any, intermediates: Any, layer: 
     token_entry = jnp.broadcast_to(jnp.where(owned, first, c)[..., None], (b, t, kh))
     weights = attention_weights(
         q, k, segment_ids_BxT, window=attn.window, entry_k_BxCxKxD=entries,
-        entry_visible_from_BxCxK=jnp.broadcast_to(ends_BxC[..., None], (b, c, kh)),
+        # From the sown layout: under the router's 'start' rule an entry is visible one token
+        # after its end (reading the end here was a bug: weights on not-yet-visible entries).
+        entry_visible_from_BxCxK=jnp.broadcast_to(visible_from_BxC[..., None], (b, c, kh)),
         entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[..., None], (b, c, kh)),
         sink_H=sink)
     return weights, token_entry.astype(jnp.int32)
