@@ -182,9 +182,9 @@ def step(model: ModelConfig, attn: AttentionConfig, parts: Parts, key: str, dela
     new = cache_lib.ring_write(new, k, v)
     ring_k, ring_v = new["ring_k"], new["ring_v"]
     ring_valid = jnp.broadcast_to(new["ring_pos"] >= 0, ring_k.shape[:2])
-  else:  # no raw tokens: one never-visible slot
-    ring_k = ring_v = jnp.zeros((b, 1) + k.shape[2:], k.dtype)
-    ring_valid = jnp.zeros((b, 1), bool)
+  else:  # no raw tokens: a zero-slot window (every implementation takes W = 0)
+    ring_k = ring_v = jnp.zeros((b, 0) + k.shape[2:], k.dtype)
+    ring_valid = jnp.zeros((b, 0), bool)
   streams = ("kv",) if attn.shared_kv else ("k", "v")
   ek, ev = new[f"entries_{streams[0]}"], new[f"entries_{streams[-1]}"]
   o = kernels.decode_attention(q[:, 0], ring_k.astype(q.dtype), ring_v.astype(q.dtype),
