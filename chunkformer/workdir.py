@@ -86,12 +86,14 @@ def read_config(workdir: str) -> Config:
   if not os.path.exists(path):
     runs = sorted(name for name in os.listdir(workdir) if os.path.isfile(
         os.path.join(workdir, name, CONFIG_FILE))) if os.path.isdir(workdir) else []
-    if runs:  # a sweep directory: say which commands read it
-      command = _sweep_command(workdir)
+    sweep_results = os.path.isfile(os.path.join(workdir, SWEEP_RESULTS_FILE))
+    if runs or sweep_results:  # a sweep directory: say which commands read it
+      variant = (f"evaluate a variant with `python eval.py --workdir "
+                 f"{os.path.join(workdir, runs[0])}`, or " if runs else "")
+      held = f"runs {', '.join(runs)}" if runs else f"its {SWEEP_RESULTS_FILE}"
       raise ConfigError(
-          f"workdir {workdir!r} holds a sweep (runs {', '.join(runs)}), not one run: evaluate a "
-          f"variant with `python eval.py --workdir {os.path.join(workdir, runs[0])}`, or rerun "
-          f"the sweep with `{command}`")
+          f"workdir {workdir!r} holds a sweep ({held}), not one run: {variant}rerun the sweep "
+          f"with `{_sweep_command(workdir)}`")
     raise ConfigError(f"workdir {workdir!r} holds no run ({CONFIG_FILE} missing)")
   with open(path) as f:
     return config_lib.from_dict(json.load(f))

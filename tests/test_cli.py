@@ -9,8 +9,8 @@ from unittest import mock
 
 import pytest
 
+from chunkformer import evaluate, trainer
 from chunkformer import runtime as runtime_lib
-from chunkformer import trainer
 from chunkformer.config import ConfigError
 from tests.test_train import smoke_config
 
@@ -44,3 +44,9 @@ def test_train_workdir_that_is_a_file_fails_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match=r"--workdir '.*taken' is a file, not a directory"):
       trainer.train(smoke_config(), str(path))
   assert path.read_text() == "keep me"
+
+
+def test_eval_on_sweep_results_names_the_sweep_command():
+  with pytest.raises(ConfigError, match=r"holds a sweep \(its results.json\), not one run: "
+                     r"rerun the sweep with `python eval.py --config configs/sweeps/demo.py"):
+    evaluate.evaluate_checkpoint(os.path.join(ROOT, "results", "demo"))
