@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging as std_logging
 import os
+import re
 
 import jax
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
@@ -25,6 +26,33 @@ def define_config_flag(required: bool = True) -> flags.FlagHolder:
   if required:
     flags.mark_flag_as_required("config")
   return holder
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """``app.run``'s flag parser, except that a bad ``--config.a.b=v`` override (a typo in a field
+  name, a value of the wrong type) ends in one line naming it instead of a traceback."""
+  try:
+    return app.parse_flags_with_usage(argv)  # absl's own flag errors: usage line, exit 1
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    raise SystemExit(f"error: {_override_error(argv, e)}") from None
+
+
+def _override_error(argv: list[str], error: Exception) -> str:
+  text = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
+  # ml_collections nests a KeyError's repr in the AttributeError: undo its escapes.
+  text = text.replace("\\n", " ").replace("\\'", "'").replace("\\", "")
+  text = " ".join(text.split()).strip("'\" ")
+  name = re.match(r"'?([A-Za-z_][A-Za-z0-9_]*)'?", text)
+  overrides = [a for a in argv[1:] if a.startswith("--config.")]
+  culprit = next((a for a in overrides if name and re.search(
+      rf"\.{re.escape(name.group(1))}(=|$|\.)", a.split("=")[0] + "=")), None)
+  hint = re.search(r'Did you mean "([^"]+)"', text)
+  if culprit and isinstance(error, (AttributeError, KeyError)):
+    field = culprit.split("=")[0][len("--config."):]
+    return (f"{culprit}: the config has no field {field!r}"
+            + (f" (did you mean {hint.group(1)!r}?)" if hint else "")
+            + "; fields are listed in configs/base.py")
+  return f"bad --config override ({' '.join(overrides) or 'none given'}): {text}"
 
 
 def define_workdir_flag() -> flags.FlagHolder:

@@ -18,12 +18,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from kernels.implementation import IMPLEMENTATIONS  # one list, owned by the kernels
+
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
 BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
 ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
-IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
 LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
 TASKS = ("kv", "code")

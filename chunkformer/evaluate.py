@@ -17,7 +17,7 @@ from absl import logging
 from chunkformer import checkpointing, objective
 from chunkformer import runtime as runtime_lib
 from chunkformer import workdir as workdir_lib
-from chunkformer.config import ConfigError
+from chunkformer.config import Config, ConfigError
 
 EvalStep = Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]
 
@@ -43,9 +43,10 @@ def heldout_metrics(rt: runtime_lib.Runtime, eval_step: EvalStep, params: Any,
   return objective.summarize(total)
 
 
-def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
-                        allow_unfinished: bool = False) -> dict[str, Any]:
-  """Held-out metrics of the latest checkpoint in ``workdir`` (its recorded config).
+def restore_run(workdir: str, allow_unfinished: bool = False
+                ) -> tuple[Config, runtime_lib.Runtime, Any, int]:
+  """``(config, runtime, params, step)`` of the newest checkpoint that restores in ``workdir``
+  (its recorded config): the one restore path of eval.py and ``evaluation.trained.load``.
 
   Raises ConfigError naming the directory if it holds no run, no checkpoint that loads, or
   (unless ``allow_unfinished``) only checkpoints before the run's last step.
@@ -60,11 +61,21 @@ def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
   state, step = restored
   if step < config.train.steps:
     if not allow_unfinished:
-      raise ConfigError(f"workdir {workdir!r} holds an unfinished run: latest checkpoint at step "
-                        f"{step} of {config.train.steps}")
+      raise ConfigError(f"workdir {workdir!r} holds an unfinished run: the newest checkpoint "
+                        f"that restores is at step {step} of {config.train.steps}")
     logging.warning("workdir %s: evaluating step %d of %d (run not finished)", workdir, step,
                     config.train.steps)
+  return config, rt, state.params, step
+
+
+def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
+                        allow_unfinished: bool = False) -> dict[str, Any]:
+  """Held-out metrics of the latest checkpoint in ``workdir`` (its recorded config).
+
+  Errors as ``restore_run``.
+  """
+  config, rt, params, step = restore_run(workdir, allow_unfinished)
   num_batches = num_batches or config.train.eval_batches
-  metrics = heldout_metrics(rt, make_eval_step(rt), state.params, num_batches)
+  metrics = heldout_metrics(rt, make_eval_step(rt), params, num_batches)
   return {"workdir": workdir, "step": step, "finished": step >= config.train.steps,
           "eval_batches": num_batches, "heldout": metrics}

@@ -152,6 +152,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   ``devices`` defaults to every device of every process. Raises ConfigError (before compiling)
   on bad input, FloatingPointError naming the step on a non-finite loss or gradient.
   """
+  workdir_lib.require_directory(workdir)  # before building anything
   rt = runtime_lib.build(config, devices)
   workdir_lib.prepare(workdir, config, overwrite)
   checkpointer = checkpointing.Checkpointer(workdir, config.train)

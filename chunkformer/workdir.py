@@ -24,6 +24,7 @@ from chunkformer.config import Config, ConfigError
 CONFIG_FILE = "config.json"
 FINAL_METRICS_FILE = "final_metrics.json"
 REPLACED_PREFIX = "replaced-"
+SWEEP_RESULTS_FILE = "results.json"  # written by evaluation/sweep.py beside its variant runs
 
 # Changing these does not change parameters or data at any step.
 BOOKKEEPING_FIELDS = frozenset({
@@ -66,17 +67,51 @@ def recorded_identity(recorded: dict[str, Any]) -> dict[str, Any]:
     return recorded
 
 
+def require_directory(workdir: str) -> None:
+  """ConfigError naming ``workdir`` if it, or the nearest part of its path that exists, is not
+  a directory (``os.makedirs`` would fail there after other work had started)."""
+  path = os.path.abspath(workdir)
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  if not os.path.isdir(path):
+    where = "is a file" if path == os.path.abspath(workdir) else f"lies under the file {path!r}"
+    raise ConfigError(f"--workdir {workdir!r} {where}, not a directory: pass a directory path "
+                      "(it is created if missing)")
+
+
 def read_config(workdir: str) -> Config:
   """The config recorded in ``workdir``; ConfigError naming the directory if there is none."""
+  require_directory(workdir)
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
+    runs = sorted(name for name in os.listdir(workdir) if os.path.isfile(
+        os.path.join(workdir, name, CONFIG_FILE))) if os.path.isdir(workdir) else []
+    sweep_results = os.path.isfile(os.path.join(workdir, SWEEP_RESULTS_FILE))
+    if runs or sweep_results:  # a sweep directory: say which commands read it
+      variant = (f"evaluate a variant with `python eval.py --workdir "
+                 f"{os.path.join(workdir, runs[0])}`, or " if runs else "")
+      held = f"runs {', '.join(runs)}" if runs else f"its {SWEEP_RESULTS_FILE}"
+      raise ConfigError(
+          f"workdir {workdir!r} holds a sweep ({held}), not one run: {variant}rerun the sweep "
+          f"with `{_sweep_command(workdir)}`")
     raise ConfigError(f"workdir {workdir!r} holds no run ({CONFIG_FILE} missing)")
   with open(path) as f:
     return config_lib.from_dict(json.load(f))
 
 
+def _sweep_command(workdir: str) -> str:
+  """The command recorded in the sweep's results.json, or its general form."""
+  try:
+    with open(os.path.join(workdir, SWEEP_RESULTS_FILE)) as f:
+      command = json.load(f).get("command", "")
+  except (OSError, ValueError, AttributeError):
+    command = ""
+  return command or f"python eval.py --config configs/sweeps/<name>.py --workdir {workdir}"
+
+
 def prepare(workdir: str, config: Config, overwrite: bool = False) -> None:
   """Claims ``workdir`` for ``config`` (see module docstring). Only process 0 writes."""
+  require_directory(workdir)
   path = os.path.join(workdir, CONFIG_FILE)
   new = config_json(config)
   writer = jax.process_index() == 0

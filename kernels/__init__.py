@@ -4,31 +4,40 @@ Public ops, each with ``implementation=`` in {"xla", "pallas_gpu", "pallas_tpu"}
 ``interpret=`` to run the Pallas code on CPU:
 - ``segment_pool``: gated softmax pooling of variable chunks into packed entries;
 - ``chunk_attention``: queries over [sliding window of raw keys] union [visible entries];
-- ``decode_attention``: one query over a ring-buffer window plus the first entries.
+- ``decode_attention``: one query over a ring-buffer window plus the first entries;
+- ``dense_attention``: the dense oracle of ``chunk_attention`` that also returns its weights.
+The visibility rule is ``layout.entry_visible`` (one place; ``visible_entry_range`` is its range
+form) and ``IMPLEMENTATIONS`` the one list of implementations.
 Layout conventions (chunk rules, padding entries, visibility ranges) in ``kernels.layout``.
 """
 
 from kernels.attention import chunk_attention
 from kernels.block_sizes import AttentionBlockSizes, DecodeBlockSizes, PoolBlockSizes
 from kernels.decode import decode_attention
+from kernels.dense import AttentionWeights, dense_attention
+from kernels.implementation import IMPLEMENTATIONS
 from kernels.layout import (
     PAD_END,
     PAD_SEGMENT,
+    ChunkStructure,
     chunk_starts,
     chunk_structure,
+    document_runs,
+    entry_visibility_BxTxC,
+    entry_visible,
     visible_entry_range,
 )
 from kernels.pool import segment_pool
 from kernels.reference import (
-                               chunk_attention_reference,
-                               decode_attention_reference,
-                               segment_pool_reference,
+    chunk_attention_reference,
+    decode_attention_reference,
+    segment_pool_reference,
 )
-
-IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
 
 __all__ = [
     "AttentionBlockSizes",
+    "AttentionWeights",
+    "ChunkStructure",
     "DecodeBlockSizes",
     "IMPLEMENTATIONS",
     "PAD_END",
@@ -39,7 +48,11 @@ __all__ = [
     "chunk_starts",
     "chunk_structure",
     "decode_attention",
+    "document_runs",
+    "entry_visibility_BxTxC",
+    "entry_visible",
     "decode_attention_reference",
+    "dense_attention",
     "segment_pool",
     "segment_pool_reference",
     "visible_entry_range",

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import jax
 
-from kernels import reference
+from kernels import implementation as implementations
+from kernels import layout, reference
 from kernels.block_sizes import AttentionBlockSizes
 
 Array = jax.Array
-
-_IMPLEMENTATIONS = ("xla", "pallas_gpu", "pallas_tpu")
 
 
 def _check_shapes(q, k, v, segment_ids, entry_k, entry_v, entry_ends, entry_segment_ids,
@@ -50,7 +49,8 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   segment_ids[t]``, plus the optional per-head sink logit ``sink_H[h]`` whose value is zero.
   ``scale`` defaults to D**-0.5. Entry keys must already be normalised and rotated. Entries
   follow the packed layout of ``kernels.layout`` (ordered by end, padding end ``PAD_END``).
-  Queries that see nothing output zeros.
+  Queries that see nothing output zeros. A document is a contiguous run of equal ids (an id
+  that reappears later in the row is a new document, see ``kernels.layout.document_runs``).
 
   implementation: "xla" (pure jnp, differentiable by jax), "pallas_gpu" (Triton) or
   "pallas_tpu" (Mosaic); the Pallas paths carry a custom VJP. ``interpret`` runs the Pallas
@@ -58,10 +58,15 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   defaults to ``AttentionBlockSizes.gpu()`` / ``.tpu()``.
   Returns o_BxTxHxD in q's dtype.
   """
+  implementations.check(implementation)
   _check_shapes(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
                 entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, window, sink_H)
-  args = (q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD, entry_v_BxCxKxD,
-          entry_ends_BxC, entry_segment_ids_BxC)
+  # Documents become contiguous runs here, once for every implementation: the kernels' block
+  # ranges assume it, so a reappearing id would otherwise give tile-size-dependent results.
+  run_BxT, entry_run_BxC = layout.document_runs(segment_ids_BxT, entry_ends_BxC,
+                                                entry_segment_ids_BxC)
+  args = (q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, entry_k_BxCxKxD, entry_v_BxCxKxD,
+          entry_ends_BxC, entry_run_BxC)
   if scale is None:
     scale = q_BxTxHxD.shape[-1]**-0.5
   if implementation == "xla":
@@ -72,9 +77,7 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
     return attention_gpu.chunk_attention_gpu(
         *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
         block_sizes=block_sizes or AttentionBlockSizes.gpu())
-  if implementation == "pallas_tpu":
-    from kernels import attention_tpu
-    return attention_tpu.chunk_attention_tpu(
-        *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
-        block_sizes=block_sizes or AttentionBlockSizes.tpu())
-  raise ValueError(f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}")
+  from kernels import attention_tpu
+  return attention_tpu.chunk_attention_tpu(
+      *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
+      block_sizes=block_sizes or AttentionBlockSizes.tpu())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 
+from kernels import implementation as implementations
 from kernels import reference
 from kernels.block_sizes import DecodeBlockSizes
 
@@ -23,6 +24,7 @@ def decode_attention(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, window_valid_B
   log-sum-exp (split-K / flash-decoding), so long caches keep the machine busy at batch 1.
   Returns o_BxHxD in q's dtype (zeros where nothing is visible).
   """
+  implementations.check(implementation)
   if q_BxHxD.ndim != 3:
     raise ValueError(f"q_BxHxD must have rank 3, got shape {q_BxHxD.shape}")
   b, h, d = q_BxHxD.shape
@@ -52,11 +54,9 @@ def decode_attention(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, window_valid_B
     scale = d**-0.5
   if implementation == "xla":
     return reference.decode_attention_reference(*args, sink_H=sink_H, scale=scale)
-  if implementation in ("pallas_gpu", "pallas_tpu"):
+  if implementation in implementations.PALLAS:
     from kernels import decode_kernels
     default = DecodeBlockSizes.gpu() if implementation == "pallas_gpu" else DecodeBlockSizes.tpu()
     return decode_kernels.decode_attention_pallas(
         *args, sink_H=sink_H, scale=float(scale), backend=implementation, interpret=interpret,
         num_splits=num_splits, block_sizes=block_sizes or default)
-  raise ValueError("implementation must be one of ('xla', 'pallas_gpu', 'pallas_tpu'), got "
-                   f"{implementation!r}")

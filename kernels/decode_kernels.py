@@ -202,20 +202,28 @@ def _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, *, scale, backend, in
                        f"than the window, got block_w={bw} for W={w}")
     if bc % 8:
       raise ValueError(f"pallas_tpu decode: block_c must be a multiple of 8, got {bc}")
-  split_c = round_up(max(-(-c // num_splits), 1), bc)
   q_p = pad_to(pad_to(q.reshape(b, kh, g, d), 2, gp), 3, dp)
   make = lambda block, split_len: _Cfg(
       backend=backend, scale=scale, block=block, split_len=split_len,
       num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages, interpret=interpret)
   pad_kv = lambda x, n: pad_to(pad_to(x, 1, n), 3, dp)
-  wp = round_up(w, bw)
-  o_w, lse_w = _partials(make(bw, wp), q_p, pad_kv(wk, wp), pad_kv(wv, wp),
-                         pad_to(wvalid.astype(jnp.int32), 1, wp), jnp.full((b,), w, jnp.int32), 1)
-  cp = split_c * num_splits
-  o_e, lse_e = _partials(make(bc, split_c), q_p, pad_kv(ek, cp), pad_kv(ev, cp), None,
-                         jnp.minimum(num_entries, c).astype(jnp.int32), num_splits)
-  o_all = jnp.concatenate([o_w, o_e], axis=2)[:, :, :, :g, :d]  # B x K x S x G x D
-  lse_all = jnp.concatenate([lse_w, lse_e], axis=2)[:, :, :, :g]  # B x K x S x G
+  # An empty window (W = 0) or entry capacity (C = 0) has no split to run: a zero-length
+  # operand cannot be tiled, and it would only contribute a -inf log-sum-exp.
+  partials = []
+  if w:
+    wp = round_up(w, bw)
+    partials.append(_partials(make(bw, wp), q_p, pad_kv(wk, wp), pad_kv(wv, wp),
+                              pad_to(wvalid.astype(jnp.int32), 1, wp),
+                              jnp.full((b,), w, jnp.int32), 1))
+  if c:
+    split_c = round_up(max(-(-c // num_splits), 1), bc)
+    cp = split_c * num_splits
+    partials.append(_partials(make(bc, split_c), q_p, pad_kv(ek, cp), pad_kv(ev, cp), None,
+                              jnp.minimum(num_entries, c).astype(jnp.int32), num_splits))
+  if not partials:  # nothing to see: the contract's zeros (the sink's value is zero)
+    return jnp.zeros_like(q)
+  o_all = jnp.concatenate([o for o, _ in partials], axis=2)[:, :, :, :g, :d]  # B x K x S x G x D
+  lse_all = jnp.concatenate([lse for _, lse in partials], axis=2)[:, :, :, :g]  # B x K x S x G
   m = jnp.max(lse_all, axis=2)
   if sink is not None:
     sink_kg = sink.astype(_F32).reshape(kh, g)[None]

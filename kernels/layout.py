@@ -4,8 +4,10 @@ Shape legend: B batch, T tokens, C entry capacity, N channels.
 
 Conventions shared by every kernel in this package:
 - A row holds one or more documents, each a contiguous run of equal ``segment_ids``; adjacent
-  documents have different ids (ids need not be sorted, but an id must not reappear later in
-  the same row: visibility ranges assume a document is one contiguous run).
+  documents have different ids. Ids need not be sorted, and an id that reappears later in the
+  row starts a new document: nothing crosses from one run to another run of the same id
+  (``chunk_attention`` maps ids to run indices with ``document_runs`` before any
+  implementation sees them, so every tile size gives this result).
 - ``ends_BxT[t]`` means "a chunk closes at t". A chunk starts at t == 0, after every end, and at
   every document start. A document start never closes the previous chunk: tokens of a document
   after its last end form an open chunk that produces no entry (the same rule as for the
@@ -17,6 +19,8 @@ Conventions shared by every kernel in this package:
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +41,30 @@ def document_starts(segment_ids_BxT: Array) -> Array:
   return jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
 
 
+def document_runs(segment_ids_BxT: Array, entry_ends_Bx_: Array,
+                  entry_segment_ids_Bx_: Array) -> tuple[Array, Array]:
+  """Renames documents to run indices: ``(run_BxT, entry_run_Bx_)``.
+
+  ``run_BxT`` counts document starts (a contiguous run of equal ids is one document, so an id
+  that reappears later gets a new index). An entry (any shape after the batch axis, e.g. BxC or
+  BxCxK) takes the run of the token it ends at when its segment id is that token's; any other
+  entry (padding, or an id that disagrees with its end position) gets ``PAD_SEGMENT`` and is
+  never visible. On inputs whose ids are contiguous this changes no visibility decision.
+  """
+  b, t = segment_ids_BxT.shape
+  is_start = jnp.concatenate(
+      [jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool),
+       segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1]], axis=1)
+  run_BxT = jnp.cumsum(is_start, axis=1, dtype=jnp.int32)
+  ends = entry_ends_Bx_.reshape(b, -1)
+  inside = (ends >= 0) & (ends < t)
+  at = jnp.where(inside, ends, 0).astype(jnp.int32)
+  own = inside & (jnp.take_along_axis(segment_ids_BxT, at, axis=1)
+                  == entry_segment_ids_Bx_.reshape(b, -1))
+  entry_run = jnp.where(own, jnp.take_along_axis(run_BxT, at, axis=1), PAD_SEGMENT)
+  return run_BxT, entry_run.astype(jnp.int32).reshape(entry_ends_Bx_.shape)
+
+
 def document_ends(segment_ids_BxT: Array) -> Array:
   """doc_end_BxT: one past the last token of t's document."""
   t = segment_ids_BxT.shape[1]
@@ -45,6 +73,27 @@ def document_ends(segment_ids_BxT: Array) -> Array:
       [segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1],
        jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool)], axis=1)
   return jax.lax.cummin(jnp.where(is_last, pos + 1, t), axis=1, reverse=True)
+
+
+def entry_visible(entry_visible_from: Array, entry_segment_ids: Array, query_positions: Array,
+                  query_segment_ids: Array) -> Array:
+  """THE entry-visibility rule, elementwise (broadcasting): a query at row index t in document
+  s sees an entry iff the entry's visible-from index is <= t and the entry belongs to s.
+
+  The visible-from index is the entry's end (its chunk's last token) plus the boundary
+  predictor's delay (the router's ``start`` rule: one token; see ``chunkformer.chunking``).
+  Callers arrange the axes (e.g. B x T x 1 queries against B x 1 x C entries);
+  ``visible_entry_range`` is the same rule as a per-query range.
+  """
+  return (entry_visible_from <= query_positions) & (entry_segment_ids == query_segment_ids)
+
+
+def entry_visibility_BxTxC(entry_visible_from_BxC: Array, entry_segment_ids_BxC: Array,
+                           segment_ids_BxT: Array) -> Array:
+  """visible_BxTxC: ``entry_visible`` for every query of the row against every entry."""
+  t = segment_ids_BxT.shape[1]
+  return entry_visible(entry_visible_from_BxC[:, None, :], entry_segment_ids_BxC[:, None, :],
+                       jnp.arange(t)[None, :, None], segment_ids_BxT[:, :, None])
 
 
 def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
@@ -82,13 +131,23 @@ def chunk_starts(ends_BxT: Array, segment_ids_BxT: Array) -> tuple[Array, Array]
   return is_start, jax.lax.cummax(jnp.where(is_start, pos, 0), axis=1)
 
 
-def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
-  """Token-to-entry map of the packed layout.
+class ChunkStructure(NamedTuple):
+  """Token-to-entry map of the packed layout (``chunk_structure``; ``segment_pool`` takes it)."""
 
-  Returns ``(entry_of_token_BxT, pos_in_chunk_BxT, entry_ends_BxC, entry_segment_ids_BxC,
-  entry_starts_BxC, num_entries_B)``. ``entry_of_token`` is the entry a token is pooled into,
-  or ``capacity`` for tokens of open (never closed) chunks and of chunks beyond the capacity.
-  ``entry_starts`` is the first token of each entry's chunk (``PAD_END`` for padding).
+  entry_of_token_BxT: Array  # entry a token is pooled into; C for open or dropped chunks
+  pos_in_chunk_BxT: Array  # offset of a token inside its chunk (0 = chunk start)
+  entry_ends_BxC: Array  # row index of each entry's last token; PAD_END for padding
+  entry_segment_ids_BxC: Array  # document of each entry; PAD_SEGMENT for padding
+  entry_starts_BxC: Array  # row index of each entry's first token; PAD_END for padding
+  num_entries_B: Array  # closed chunks kept
+
+
+def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int) -> ChunkStructure:
+  """Token-to-entry map of the packed layout (``ChunkStructure``).
+
+  ``entry_of_token`` is the entry a token is pooled into, or ``capacity`` for tokens of open
+  (never closed) chunks and of chunks beyond the capacity. ``entry_starts`` is the first token
+  of each entry's chunk (``PAD_END`` for padding).
   """
   b, t = ends_BxT.shape
   pos = jnp.arange(t, dtype=jnp.int32)
@@ -114,8 +173,8 @@ def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int):
   entry_segment_ids = scatter(seg, PAD_SEGMENT)
   entry_starts = scatter(chunk_start, PAD_END)
   num_entries = jnp.minimum(jnp.sum(ends, axis=1, dtype=jnp.int32), capacity)
-  return (entry_of_token, pos - chunk_start, entry_ends, entry_segment_ids, entry_starts,
-          num_entries)
+  return ChunkStructure(entry_of_token, pos - chunk_start, entry_ends, entry_segment_ids,
+                        entry_starts, num_entries)
 
 
 def raw_key_start(segment_ids_BxT: Array, window: int) -> Array:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax
 
-from kernels import reference
+from kernels import implementation as implementations
+from kernels import layout, reference
 from kernels.block_sizes import PoolBlockSizes
 
 Array = jax.Array
@@ -12,7 +13,8 @@ Array = jax.Array
 
 def segment_pool(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capacity: int,
                  slot_bias_SxN=None, implementation: str = "xla", interpret=False,
-                 block_sizes: PoolBlockSizes | None = None):
+                 block_sizes: PoolBlockSizes | None = None,
+                 structure: layout.ChunkStructure | None = None):
   """Pools every closed chunk into one packed entry (per-channel gated softmax).
 
   Entry c, the c-th closed chunk of the row in order of its end, is
@@ -26,8 +28,10 @@ def segment_pool(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capac
   Returns ``(entries_BxCxN, entry_ends_BxC, entry_segment_ids_BxC)`` with C = capacity;
   padding entries have end ``PAD_END``, segment id ``PAD_SEGMENT`` and zero values.
   implementation / interpret as in ``chunk_attention``; gradients flow to values, logits and
-  slot_bias on every path.
+  slot_bias on every path. ``structure``: the caller's ``kernels.chunk_structure(ends_BxT,
+  segment_ids_BxT, capacity)``, when it already has it (otherwise computed here).
   """
+  implementations.check(implementation)
   if values_BxTxN.ndim != 3 or logits_BxTxN.shape != values_BxTxN.shape:
     raise ValueError(f"values/logits must be BxTxN of equal shape, got {values_BxTxN.shape}, "
                      f"{logits_BxTxN.shape}")
@@ -39,15 +43,17 @@ def segment_pool(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capac
     raise ValueError(f"capacity must be >= 1, got {capacity}")
   if slot_bias_SxN is not None and (slot_bias_SxN.ndim != 2 or slot_bias_SxN.shape[1] != n):
     raise ValueError(f"slot_bias_SxN must have shape (S, {n}), got {slot_bias_SxN.shape}")
-  args = (values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT)
+  if structure is None:
+    structure = layout.chunk_structure(ends_BxT, segment_ids_BxT, capacity)
+  elif structure.entry_ends_BxC.shape != (b, capacity):
+    raise ValueError(f"structure holds {structure.entry_ends_BxC.shape} entries, expected "
+                     f"{(b, capacity)}")
+  args = (values_BxTxN, logits_BxTxN, structure)
   if implementation == "xla":
-    return reference.segment_pool_reference(*args, capacity=capacity,
-                                            slot_bias_SxN=slot_bias_SxN)
-  if implementation in ("pallas_gpu", "pallas_tpu"):
+    return reference.pool_structure(*args, slot_bias_SxN=slot_bias_SxN)
+  if implementation in implementations.PALLAS:
     from kernels import pool_kernels
     default = PoolBlockSizes.gpu() if implementation == "pallas_gpu" else PoolBlockSizes.tpu()
     return pool_kernels.segment_pool_pallas(
-        *args, capacity=capacity, slot_bias_SxN=slot_bias_SxN, backend=implementation,
+        *args, slot_bias_SxN=slot_bias_SxN, backend=implementation,
         interpret=interpret, block_sizes=block_sizes or default)
-  raise ValueError("implementation must be one of ('xla', 'pallas_gpu', 'pallas_tpu'), got "
-                   f"{implementation!r}")

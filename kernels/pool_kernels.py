@@ -12,7 +12,7 @@ XLA beforehand (an elementwise gather fused into one pass), so the kernel pools
   8-row aligned offset. The copies are synchronous (no double buffering): correct and simple,
   not yet tuned.
 
-Backward (both): analytic, in XLA, from the kernel's per-entry log-sum-exp residual:
+Backward (both): analytic, in XLA, from the kernel's per-entry log-sum-exp and float32 entries:
 ``w_j = exp(z_j - lse_e)``, ``dv_j = w_j * dE_e``, ``dz_j = w_j * (v_j - E_e) * dE_e`` with the
 entry quantities gathered per token. It is one memory-bound pass, no forward recompute.
 """
@@ -79,7 +79,7 @@ def _gpu_kernel(start_ref, end_ref, z_ref, v_ref, e_ref, lse_ref, *, cfg: _Cfg):
     return z_ref[pl.ds(row, cfg.bt), :], v_ref[pl.ds(row, cfg.bt), :]
 
   entry, lse = _pool_loop(load, start, end, cfg.bt, cfg.bn, start)
-  e_ref[...] = entry[0].astype(e_ref.dtype)
+  e_ref[...] = entry[0]
   lse_ref[...] = lse[0]
 
 
@@ -96,7 +96,7 @@ def _tpu_kernel(starts_ref, ends_ref, z_hbm, v_hbm, e_ref, lse_ref, z_buf, v_buf
   # DMA row offsets aligned to the 8-row sublane tile; the mask drops the rows before start.
   row0 = jax.lax.div(jnp.minimum(start, end + 1), 8) * 8
   entry, lse = _pool_loop(load, start, end, cfg.bt, cfg.bn, row0)
-  e_ref[...] = entry.astype(e_ref.dtype)
+  e_ref[...] = entry
   lse_ref[...] = lse
 
 
@@ -105,7 +105,9 @@ def _forward(cfg: _Cfg, z, v, starts, ends):
   b, tp, n = z.shape
   c = starts.shape[1]
   grid = (b, c, n // cfg.bn)
-  out_shape = [jax.ShapeDtypeStruct((b, c, 1, n), v.dtype),
+  # Entries leave the kernel in float32: the backward needs them unrounded (a bf16 entry in
+  # dz_j = w_j * (v_j - E_e) * dE_e costs ~1e-2 relative in the slot-bias gradient).
+  out_shape = [jax.ShapeDtypeStruct((b, c, 1, n), _F32),
                jax.ShapeDtypeStruct((b, c, 1, n), _F32)]
   if cfg.backend == "pallas_gpu":
     scalar = pl.BlockSpec((None, None), lambda b_, c_, n_: (b_, c_))
@@ -142,12 +144,12 @@ def _gather_entries(x_BxCxN, entry_of_token_BxT, fill):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _pool(cfg, z, v, starts, ends, entry_of_token):
   del entry_of_token
-  return _forward(cfg, z, v, starts, ends)[0]
+  return _forward(cfg, z, v, starts, ends)[0].astype(v.dtype)
 
 
 def _pool_fwd(cfg, z, v, starts, ends, entry_of_token):
-  entries, lse = _forward(cfg, z, v, starts, ends)
-  return entries, (z, v, entry_of_token, entries, lse)
+  entries_f32, lse = _forward(cfg, z, v, starts, ends)
+  return entries_f32.astype(v.dtype), (z, v, entry_of_token, entries_f32, lse)
 
 
 def _pool_bwd(cfg, res, d_entries):
@@ -156,19 +158,19 @@ def _pool_bwd(cfg, res, d_entries):
   w = jnp.exp(z.astype(_F32) - _gather_entries(lse, entry_of_token, jnp.inf))
   g = _gather_entries(d_entries.astype(_F32), entry_of_token, 0.0)
   dv = (w * g).astype(v.dtype)
-  dz = w * g * (v.astype(_F32) - _gather_entries(entries.astype(_F32), entry_of_token, 0.0))
+  dz = w * g * (v.astype(_F32) - _gather_entries(entries, entry_of_token, 0.0))
   return dz.astype(z.dtype), dv, None, None, None
 
 
 _pool.defvjp(_pool_fwd, _pool_bwd)
 
 
-def segment_pool_pallas(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT, *, capacity: int,
+def segment_pool_pallas(values_BxTxN, logits_BxTxN, structure: layout.ChunkStructure, *,
                         slot_bias_SxN, backend: str, interpret, block_sizes: PoolBlockSizes):
   """Pallas implementation of ``kernels.segment_pool`` (same semantics and outputs)."""
   b, t, n = values_BxTxN.shape
-  entry_of_token, pos, entry_ends, entry_seg, entry_starts, _ = layout.chunk_structure(
-      ends_BxT, segment_ids_BxT, capacity)
+  entry_of_token, pos, entry_ends, entry_seg, entry_starts, _ = structure
+  capacity = entry_ends.shape[1]
   z = logits_BxTxN.astype(_F32)
   if slot_bias_SxN is not None:
     z = z + slot_bias_SxN.astype(_F32)[jnp.minimum(pos, slot_bias_SxN.shape[0] - 1)]

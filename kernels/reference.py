@@ -24,7 +24,8 @@ def _safe_softmax(logits, sink):
   ``sink`` broadcasts against ``logits[..., :1]`` and adds a value-zero column. Rows with no
   finite logit and no sink get all-zero weights.
   """
-  m = jnp.max(logits, axis=-1, keepdims=True)
+  # initial=-inf: a row with no key at all (window 0 and no entries) is a valid empty max.
+  m = jnp.max(logits, axis=-1, keepdims=True, initial=-jnp.inf)
   if sink is not None:
     m = jnp.maximum(m, sink)
   # The softmax does not depend on the shift, so no gradient flows through it (and none through
@@ -95,8 +96,7 @@ def chunk_attention_reference(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT,
     logits.append(s.reshape(b, kh, g, tp, 2 * band)[:, :, :, :t])
     values.append(("raw", v_win, band, nb, tp))
   s = jnp.einsum("btkgd,bckd->bkgtc", q, entry_k_BxCxKxD.astype(jnp.float32))
-  visible = ((entry_ends_BxC[:, None, :] <= jnp.arange(t)[None, :, None])
-             & (entry_segment_ids_BxC[:, None, :] == seg[:, :, None]))  # B x T x C
+  visible = layout.entry_visibility_BxTxC(entry_ends_BxC, entry_segment_ids_BxC, seg)
   logits.append(jnp.where(visible[:, None, None], s, -jnp.inf))
   sink = _sink_KxG(sink_H, kh, g)
   sink = None if sink is None else sink[None, :, :, None, None]
@@ -126,8 +126,17 @@ def segment_pool_reference(values_BxTxN, logits_BxTxN, ends_BxT, segment_ids_BxT
   Returns ``(entries_BxCxN, entry_ends_BxC, entry_segment_ids_BxC)``; padding entries have
   end ``PAD_END``, segment id ``PAD_SEGMENT`` and zero values.
   """
-  entry_of_token, pos, entry_ends, entry_segment_ids, _, _ = layout.chunk_structure(
-      ends_BxT, segment_ids_BxT, capacity)
+  return pool_structure(values_BxTxN, logits_BxTxN,
+                        layout.chunk_structure(ends_BxT, segment_ids_BxT, capacity),
+                        slot_bias_SxN=slot_bias_SxN)
+
+
+def pool_structure(values_BxTxN, logits_BxTxN, structure: layout.ChunkStructure, *,
+                   slot_bias_SxN=None):
+  """``segment_pool_reference`` on a precomputed ``kernels.chunk_structure``."""
+  entry_of_token, pos = structure.entry_of_token_BxT, structure.pos_in_chunk_BxT
+  entry_ends, entry_segment_ids = structure.entry_ends_BxC, structure.entry_segment_ids_BxC
+  capacity = entry_ends.shape[1]
   z = logits_BxTxN.astype(jnp.float32)
   if slot_bias_SxN is not None:
     slot = jnp.minimum(pos, slot_bias_SxN.shape[0] - 1)

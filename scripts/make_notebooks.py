@@ -475,7 +475,7 @@ both bounds only grow with `t` (start jumps at a document start). A block of que
 entry block. Below, the ranges are checked against the dense rule (`end <= t`, same document)."""),
     ("code", """start, stop = kernels.visible_entry_range(layout.entry_ends_BxC,
                                          layout.entry_segment_ids_BxC, segment_ids)
-dense = np.asarray(chunking.entry_visibility(layout, segment_ids))[0]  # T x C
+dense = np.asarray(layout.visibility_BxTxC(segment_ids))[0]  # T x C
 in_range = np.arange(capacity)[None, :] >= np.asarray(start)[0][:, None]
 in_range &= np.arange(capacity)[None, :] < np.asarray(stop)[0][:, None]
 assert (in_range == dense).all(), "visible ranges disagree with the visibility rule"

@@ -50,6 +50,8 @@ def attention_case(seed, *, b=1, t=24, h=2, kh=1, d=16, m=4, docs=2, window=5, c
 
 
 def attention_oracle(q, k, v, seg, ek, ev, eends, eseg, *, window, sink_H=None, scale=None):
+  """Loops over every query, key and entry: the independent check of kernels.dense_attention
+  (the oracle every other test uses). Segment ids are compared as given (use run indices)."""
   q, k, v, ek, ev = (np.asarray(x, np.float64) for x in (q, k, v, ek, ev))
   seg, eends, eseg = np.asarray(seg), np.asarray(eends), np.asarray(eseg)
   b, t, h, d = q.shape

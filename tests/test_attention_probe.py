@@ -8,6 +8,7 @@ import pytest
 
 import kernels
 from chunkformer import runtime as runtime_lib
+from chunkformer.attention.common import OutputProjection, derotate
 from chunkformer.attention.compressed_core import compressed_attention
 from chunkformer.compression import fixed_chunks
 from chunkformer.config import AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig
@@ -33,7 +34,7 @@ def _mix(weights, v_BxTxKxD, entries_v_BxCxKxD):
   g = H // K
   v = jnp.repeat(v_BxTxKxD, g, axis=2)
   ev = jnp.repeat(entries_v_BxCxKxD, g, axis=2)
-  return (jnp.einsum("bths,bshd->bthd", weights.raw_BxTxHxT, v)
+  return (jnp.einsum("bths,bshd->bthd", weights.raw_BxTxHxS, v)
           + jnp.einsum("bthc,bchd->bthd", weights.entries_BxTxHxC, ev))
 
 
@@ -46,14 +47,17 @@ def test_weights_times_values_give_the_fixed_kinds_output():
   @jax.jit
   def both(q, k, v, seg, sink, offsets, entries):
     chunks = fixed_chunks(T, 4, offsets, B, K, None, seg)
-    layout = dict(entry_k_BxCxKxD=entries, entry_ends_BxCxK=chunks.ends_BxCxK,
-                  entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink)
-    return (compressed_attention(q, k, v, seg, window=3, **layout),
-            attention_probe.attention_weights(q, k, seg, window=3, **layout))
+    layout = dict(entry_k_BxCxKxD=entries, entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK,
+                  sink_H=sink)
+    return (compressed_attention(q, k, v, seg, window=3, entry_ends_BxCxK=chunks.ends_BxCxK,
+                                 **layout),
+            attention_probe.attention_weights(q, k, seg, window=3,
+                                              entry_visible_from_BxCxK=chunks.ends_BxCxK,
+                                              **layout))
 
   want, weights = both(q, k, v, seg, sink, offsets, entries)
   np.testing.assert_allclose(_mix(weights, v, entries), want, atol=1e-5)
-  total = (weights.raw_BxTxHxT.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH)
+  total = (weights.raw_BxTxHxS.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH)
   np.testing.assert_allclose(total, 1.0, atol=1e-5)
 
 
@@ -70,7 +74,7 @@ def test_weights_times_values_give_the_packed_kernel_reference_output():
                                               window=0),
             attention_probe.attention_weights(
                 q, k, seg, window=0, entry_k_BxCxKxD=ek,
-                entry_ends_BxCxK=jnp.broadcast_to(entry_ends[..., None], (B, 16, K)),
+                entry_visible_from_BxCxK=jnp.broadcast_to(entry_ends[..., None], (B, 16, K)),
                 entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[..., None], (B, 16, K))))
 
   want, weights = both(q, k, v, seg, ek, ev, entry_ends, entry_seg)
@@ -118,7 +122,7 @@ def test_fixed_layer_and_its_packed_twin_attend_alike():
   (w_fixed, entry_fixed, _), (w_packed, entry_packed, _) = (
       _probe(model, params, tokens, 1) for model in (fixed, packed))
   closed = T // 4  # the fixed kind's last, unfinished chunk has no packed twin
-  np.testing.assert_allclose(w_fixed.raw_BxTxHxT, w_packed.raw_BxTxHxT, atol=1e-5)
+  np.testing.assert_allclose(w_fixed.raw_BxTxHxS, w_packed.raw_BxTxHxS, atol=1e-5)
   np.testing.assert_allclose(w_fixed.entries_BxTxHxC[..., :closed],
                              w_packed.entries_BxTxHxC[..., :closed], atol=1e-5)
   np.testing.assert_allclose(w_fixed.sink_BxTxH, w_packed.sink_BxTxH, atol=1e-5)
@@ -177,3 +181,41 @@ def test_needle_attention_finds_needles_cut_between_key_and_value(tiny_fixed_mod
     assert (reading["raw_needle"] == 0).all()  # far needles lie outside the window of 3
   groups, means = anatomy.group_means(probe.correct_N, probe.phase_N)
   assert groups == [0, 1, 2, 3] and means.shape == (4,)
+
+
+@pytest.mark.parametrize("attn", [
+    dict(boundary="router", router_rule="start", min_chunk=2, max_chunk=6),
+    dict(boundary="fixed"),
+    dict(boundary="delimiter", delimiters="3,7", min_chunk=1, max_chunk=6),
+], ids=["router_start", "fixed", "delimiter"])
+def test_probe_weights_times_values_give_the_dynamic_layer_output(attn):
+  # The probe must see each entry from the position the layer does: under the router's
+  # 'start' rule one token after the chunk's end.
+  model = _model("dynamic", **attn)
+  tokens = jnp.asarray(np.random.default_rng(14).integers(0, 32, (B, T)), jnp.int32)
+  params = _params(model, tokens, 2)
+  capture = lambda module, method: (attention_probe.capture_filter(module, method)
+                                    or isinstance(module, OutputProjection))
+
+  @jax.jit
+  def run(params, tokens):
+    pos = jnp.broadcast_to(jnp.arange(T), tokens.shape)
+    seg = _documents()
+    _, state = Transformer(model).apply({"params": params}, tokens, pos, seg,
+                                        mutable=["intermediates"], capture_intermediates=capture)
+    inter = state["intermediates"]
+    out = {}
+    for layer in range(model.num_layers):
+      weights, _ = attention_probe.layer_attention(model, params, inter, layer, seg, pos)
+      attn_inter = inter[f"block_{layer}"]["attn"]
+      _, _, v = attn_inter["qkv"]["__call__"][0]
+      entries = attn_inter["entries"][0]
+      o = _mix(weights, v, entries.get("v", entries.get("kv")))
+      o = derotate(model, model.layer_attention(layer), o, pos)  # values carry RoPE: undo at t
+      out[layer] = (OutputProjection(model).apply(
+          {"params": params[f"block_{layer}"]["attn"]["out"]}, o),
+                    attn_inter["out"]["__call__"][0])
+    return out
+
+  for layer, (got, want) in run(params, tokens).items():
+    np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"layer {layer}")

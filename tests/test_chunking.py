@@ -293,7 +293,7 @@ class PackingTest(parameterized.TestCase):
     for row, ok in zip(e, valid, strict=True):
       self.assertTrue((np.diff(row[ok]) > 0).all())
       self.assertTrue(ok[:ok.sum()].all())  # padding only after the last entry
-    vis = np.asarray(chunking.entry_visibility(lay, seg))
+    vis = np.asarray(lay.visibility_BxTxC(seg))
     self.assertFalse((vis & ~valid[:, None, :]).any())
     # Padding entries with arbitrary keys/values do not change the attention output.
     b, t = ends.shape
@@ -424,3 +424,42 @@ class ConfigValidationTest(parameterized.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class BoundariesTest(chex.TestCase):
+  """chunking.boundaries.compute: one typed value that every consumer reads."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(("router", "start", 1), ("router", "end", 0), ("delimiter", "start", 0),
+                            ("fixed", "start", 0))
+  def test_entries_become_visible_after_the_predictors_delay(self, boundary, rule, delay):
+    attn = AttentionConfig(kind="dynamic", boundary=boundary, router_rule=rule, chunk_size=3,
+                           min_chunk=1, max_chunk=5, delimiters="2,5")
+    b, t = 2, 24
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(0, 8, (b, t)), jnp.int32)
+    seg = jnp.asarray(np.repeat([[0] * 14 + [1] * 10], b, axis=0), jnp.int32)
+    pos = jnp.asarray(np.repeat([list(range(14)) + list(range(10))], b, axis=0), jnp.int32)
+    probs = jnp.asarray(rng.random((b, t)), jnp.float32) if boundary == "router" else None
+    compute = self.variant(lambda *a: chunking.boundaries.compute(attn, *a))
+    bounds = compute(tokens, pos, seg, probs)
+    lay = bounds.layout
+    valid = np.asarray(lay.valid_BxC)
+    ends = np.asarray(lay.entry_ends_BxC)
+    np.testing.assert_array_equal(np.asarray(lay.entry_visible_from_BxC)[valid],
+                                  ends[valid] + delay)
+    # The same flags as the predictor alone, packed into the capacity the kind uses.
+    np.testing.assert_array_equal(
+        bounds.ends_BxT, chunking.boundaries.predict_end_flags(attn, tokens, pos, seg, probs))
+    self.assertEqual(lay.capacity, chunking.boundaries.capacity(attn, t))
+    # Query t sees entry c iff visible_from <= t in its document (kernels.entry_visible).
+    vis = np.asarray(lay.visibility_BxTxC(seg))
+    query = np.arange(t)[None, :, None]
+    want = ((np.asarray(lay.entry_visible_from_BxC)[:, None, :] <= query)
+            & (np.asarray(lay.entry_segment_ids_BxC)[:, None, :] == np.asarray(seg)[:, :, None]))
+    np.testing.assert_array_equal(vis, want)
+    scale = bounds.entry_scale_BxC()
+    if boundary == "router":
+      np.testing.assert_allclose(np.asarray(scale)[valid], 1.0)  # straight-through: 1 forward
+    else:
+      self.assertIsNone(scale)

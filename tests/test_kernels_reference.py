@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,12 +30,49 @@ ATTENTION_CASES = [
 ]
 
 
+dense = jax.jit(kernels.dense_attention, static_argnames=("window",))
+
+
+def _dense(q, k, v, seg, ek, ev, ends, eseg, **kw):
+  return dense(q, k, v, seg, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev, entry_visible_from_BxC=ends,
+               entry_segment_ids_BxC=eseg, **kw)
+
+
 @pytest.mark.parametrize("t,h,kh,m,docs,window,sink", ATTENTION_CASES)
 def test_chunk_attention_reference_matches_dense_oracle(t, h, kh, m, docs, window, sink):
   args, kw = kc.attention_case(t + h, b=2, t=t, h=h, kh=kh, m=m, docs=docs, window=window,
                                sink=sink)
-  out = attention(*args, **kw)
-  np.testing.assert_allclose(out, kc.attention_oracle(*args, **kw), atol=2e-6, rtol=1e-5)
+  want, weights = _dense(*args, **kw)
+  np.testing.assert_allclose(attention(*args, **kw), want, atol=2e-6, rtol=1e-5)
+  total = weights.raw_BxTxHxS.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH
+  assert np.all((np.abs(total - 1) < 1e-5) | (total == 0))
+
+
+class DenseOracleTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_dense_oracle_matches_loop_oracle_and_its_weights_sum_to_one(self):
+    # The dense oracle is checked once against naive loops over every query, key and entry.
+    args, kw = kc.attention_case(4, b=2, t=17, h=4, kh=2, m="dynamic", docs=3, window=3,
+                                 sink=True)
+    q, k, v, seg, ek, ev, ends, eseg = args
+    run = self.variant(lambda *a: kernels.dense_attention(
+        *a[:4], window=3, entry_k_BxCxKxD=a[4], entry_v_BxCxKxD=a[5],
+        entry_visible_from_BxC=a[6], entry_segment_ids_BxC=a[7], sink_H=a[8]))
+    out, weights = run(q, k, v, seg, ek, ev, ends, eseg, kw["sink_H"])
+    np.testing.assert_allclose(out, kc.attention_oracle(*args, **kw), atol=2e-6, rtol=1e-5)
+    total = weights.raw_BxTxHxS.sum(-1) + weights.entries_BxTxHxC.sum(-1) + weights.sink_BxTxH
+    np.testing.assert_allclose(total, 1.0, atol=1e-5)  # the sink makes every row see something
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_visible_entry_range_is_the_visibility_rule(self):
+    args, _ = kc.attention_case(7, b=2, t=23, h=2, kh=1, m="dynamic", docs=3, window=0)
+    seg, ends, eseg = args[3], args[6], args[7]
+    start, stop = self.variant(kernels.visible_entry_range)(ends, eseg, seg)
+    c = np.arange(ends.shape[1])[None, None]
+    in_range = (c >= np.asarray(start)[..., None]) & (c < np.asarray(stop)[..., None])
+    np.testing.assert_array_equal(
+        in_range, self.variant(kernels.entry_visibility_BxTxC)(ends, eseg, seg))
 
 
 def test_query_that_sees_nothing_outputs_zero_with_finite_gradients():

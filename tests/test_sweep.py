@@ -14,8 +14,8 @@ import pytest
 
 from chunkformer import config as config_lib
 from chunkformer import data as data_lib
+from chunkformer import evaluate, trainer
 from chunkformer import runtime as runtime_lib
-from chunkformer import trainer
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
 from chunkformer.evaluation import (
@@ -325,13 +325,44 @@ def test_dynamic_phases_use_the_boundaries_the_model_used():
   model = trained.config.model
 
   def extract(collections, rows):
-    ends = boundaries.end_flags(model, collections["intermediates"], rows["inputs"],
-                                rows["positions"], rows["segment_ids"])
+    ends = boundaries.end_flags(model, collections["intermediates"])
     (sown,) = jax.tree.leaves(collections["aux_metrics"])  # the model's own mean chunk length
     return {"ends": ends, "sown": jnp.broadcast_to(sown, ends.shape[:1])}
 
   rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
-  out = trained_lib.Predictor(trained, 8, extract=extract,
-                              capture=boundaries.capture_filter(model))(rows)
+  out = trained_lib.Predictor(trained, 8, extract=extract)(rows)
   assert 0 < out["ends"].sum() < out["ends"].size
   assert needle_sweep.compression_ratio(out["ends"]) == pytest.approx(out["sown"][0], rel=1e-5)
+
+
+def test_sweep_whose_workdir_is_a_file_fails_before_training(tmp_path, monkeypatch):
+  path = tmp_path / "taken"
+  path.write_text("not a directory")
+  monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
+  with pytest.raises(ConfigError, match="--workdir '.*taken' is a file, not a directory"):
+    sweep.run(_sweep({"a": SMOKE}), str(path))
+  with pytest.raises(ConfigError, match="lies under the file"):
+    sweep.run(_sweep({"a": SMOKE}), str(path / "sub"))
+  assert path.read_text() == "not a directory"
+
+
+def test_window_alignment_that_does_not_fit_names_the_chunk_sizes_not_num_offsets(tmp_path):
+  fixed = lambda m: variant("configs/smoke.py", {
+      "data.seq_len": 96, "model.attention.kind": "fixed", "model.attention.chunk_size": m})
+  # lcm(4, 5, 7) = 140 > 96: no window start is a multiple of it, whatever num_offsets says.
+  with pytest.raises(ConfigError) as raised:
+    sweep_config.resolve(_sweep({"m5": fixed(5), "m7": fixed(7)}, num_offsets=24,
+                                reference_chunk_size=4), str(tmp_path / "out"))
+  message = str(raised.value)
+  assert "\n" not in message and "least common multiple" in message
+  assert "M=5 (m5)" in message and "M=7 (m7)" in message and "num_offsets" not in message
+
+
+def test_eval_on_a_sweep_directory_names_the_commands_it_wants(finished_sweep):
+  workdir, _ = finished_sweep
+  with pytest.raises(ConfigError) as raised:
+    evaluate.evaluate_checkpoint(workdir)
+  message = str(raised.value)
+  assert "holds a sweep" in message and "\n" not in message
+  assert f"python eval.py --workdir {os.path.join(workdir, 'smoke')}" in message
+  assert "`test`" in message  # the command recorded in its results.json

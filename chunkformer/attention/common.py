@@ -14,14 +14,13 @@ Contract: an attention kind is a Linen module constructed as
 
 from __future__ import annotations
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from chunkformer.attention import v4_projection
 from chunkformer.config import AttentionConfig, ModelConfig
+from chunkformer.context import AttentionContext
 from chunkformer.layers import (
   Projection,
   RMSNorm,
@@ -33,17 +32,6 @@ from chunkformer.layers import (
 )
 
 Array = jax.Array
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class AttentionContext:
-  tokens_BxT: Array
-  positions_BxT: Array  # position of each token inside its document
-  segment_ids_BxT: Array  # document id per token; attention never crosses documents
-  train: bool = dataclasses.field(default=False, metadata=dict(static=True))
-  # Incremental decoding: kinds read and update their 'cache' collection (chunkformer/decode.py).
-  decode: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
 
 class QKVProjection(nn.Module):

@@ -108,14 +108,15 @@ def index_entries(index_q_BxTxKxD: Array, entry_k_BxCxKxD: Array, visible_BxTxKx
   return selected, bias
 
 
-def entry_visibility(ends_BxCxK: Array, entry_segment_ids_BxCxK: Array | None,
-                     query_index_BxT: Array, segment_ids_BxT: Array | None) -> Array:
-  """visible_BxTxKxC: entry c (head k) is visible to query t iff end <= t, same document."""
-  visible = jnp.moveaxis(ends_BxCxK, 1, 2)[:, None] <= query_index_BxT[:, :, None, None]
-  if entry_segment_ids_BxCxK is not None:
-    visible &= (jnp.moveaxis(entry_segment_ids_BxCxK, 1, 2)[:, None]
-                == segment_ids_BxT[:, :, None, None])
-  return visible
+def per_head_entry_visibility(ends_BxCxK: Array, entry_segment_ids_BxCxK: Array | None,
+                              query_index_BxT: Array, segment_ids_BxT: Array | None) -> Array:
+  """visible_BxTxKxC: ``kernels.entry_visible`` per kv head (the fixed kind's per-head ends)."""
+  if entry_segment_ids_BxCxK is None:  # one document: every query's document is the entry's
+    entry_segment_ids_BxCxK = jnp.zeros_like(ends_BxCxK)
+    segment_ids_BxT = jnp.zeros_like(query_index_BxT)
+  return kernels.entry_visible(
+      jnp.moveaxis(ends_BxCxK, 1, 2)[:, None], jnp.moveaxis(entry_segment_ids_BxCxK, 1, 2)[:, None],
+      query_index_BxT[:, :, None, None], segment_ids_BxT[:, :, None, None])
 
 
 def _pad_rows(x_BxTx_: Array, length: int, fill=0) -> Array:
@@ -184,10 +185,12 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
     ek = jnp.moveaxis(entry_k_BxCxKxD, 2, 1)  # B x K x C x D
     scores = jnp.einsum("bkngpd,bkcd->bkngpc", q, ek, preferred_element_type=jnp.float32)
     ends = jnp.moveaxis(entry_ends_BxCxK, 2, 1)[:, :, None, None, :]  # B x K x 1 x 1 x C
-    visible = ends <= q_index[None, None, :, :, None]
-    if entry_segment_ids_BxCxK is not None:
-      entry_seg = jnp.moveaxis(entry_segment_ids_BxCxK, 2, 1)[:, :, None, None, :]
-      visible &= entry_seg == q_seg[:, None, :, :, None]
+    if entry_segment_ids_BxCxK is None:  # one document
+      visible = ends <= q_index[None, None, :, :, None]
+    else:
+      visible = kernels.entry_visible(
+          ends, jnp.moveaxis(entry_segment_ids_BxCxK, 2, 1)[:, :, None, None, :],
+          q_index[None, None, :, :, None], q_seg[:, None, :, :, None])
     if entry_select_BxTxKxC is not None:
       visible &= _query_major(entry_select_BxTxKxC, n, p)
     scores = scores * scale
@@ -214,10 +217,13 @@ def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT
   stagger and top-k with a Pallas implementation.
   """
   if implementation == "xla":
+    # Documents as contiguous runs, as kernels.chunk_attention reads them.
+    run_BxT, entry_run_BxCxK = kernels.document_runs(segment_ids_BxT, entry_ends_BxCxK,
+                                                    entry_segment_ids_BxCxK)
     return compressed_attention(
-        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, window=window,
+        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, window=window,
         entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
-        entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_segment_ids_BxCxK,
+        entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_run_BxCxK,
         entry_select_BxTxKxC=entry_select_BxTxKxC, entry_bias_BxTxKxC=entry_bias_BxTxKxC,
         sink_H=sink_H)
   ev = entry_k_BxCxKxD if entry_v_BxCxKxD is None else entry_v_BxCxKxD

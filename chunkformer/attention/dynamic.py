@@ -14,8 +14,10 @@ position; pooling gated | gated_no_bias | mean) pools each closed chunk into one
 static-capacity packed buffer (``kernels.segment_pool``), and ``compressed_core.attend`` (the
 blockwise XLA path, or ``kernels.chunk_attention`` for Pallas) runs one softmax over the raw
 tokens of the sliding window W, the visible entries (end <= t, same document) and the optional
-sink. With ``mutable=["intermediates"]`` the entries and their end
-positions (``entries``, ``entry_ends``) are sown, and by each group's owner its ``end_flags``.
+sink. Boundaries are one ``chunking.boundaries.Boundaries`` value (end flags, router
+probabilities, packed layout with each entry's visible-from position). With
+``mutable=["intermediates"]`` the entries, their end and visible-from positions (``entries``,
+``entry_ends``, ``entry_visible_from``) are sown, and by each group's owner its ``end_flags``.
 Parameter names equal the ``fixed`` kind's (``qkv``, ``compressor`` or
 ``key_compressor``/``value_compressor``, ``sink``, ``out``), so a fixed checkpoint runs
 through this kind with ``boundary="fixed"`` (identical outputs while chunks hold M tokens;
@@ -24,7 +26,8 @@ tested); the slot-bias table has ``max_chunk`` rows for the router and delimiter
 
 Boundaries are computed once per group of ``boundary_group`` consecutive layers (0: all layers)
 by the group's first dynamic layer (its *owner*, which holds the router weights ``router``)
-from that layer's attention input, and handed to the other layers in ``shared``. With the
+from that layer's attention input (``chunking.boundaries.compute``), and handed to the other
+layers in ``shared``. With the
 router, every entry is multiplied by ``straight_through(p_end)`` (exactly 1 in the forward
 pass), the router's gradient from the language-model loss; the owner sows the weighted ratio
 loss into ``aux_loss`` and the measured mean chunk length (tokens per entry) into
@@ -46,69 +49,20 @@ import kernels
 from chunkformer import chunking
 from chunkformer.attention import compressed_core, dynamic_decode
 from chunkformer.attention.common import AttentionContext, derotate, projections
+from chunkformer.chunking import boundaries as boundaries_lib
+from chunkformer.chunking.boundaries import (
+  Boundaries,
+  boundary_key,
+  capacity,
+  num_slots,
+  owns_boundaries,
+  visibility_delay,
+)
 from chunkformer.compression import Compressor
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
 
 Array = jax.Array
-
-
-def boundary_key(attn: AttentionConfig, layer: int) -> str:
-  """Name under which a layer's boundaries live in ``shared``: same key, same boundaries."""
-  group = 0 if attn.boundary_group == 0 else layer // attn.boundary_group
-  return (f"dynamic_boundaries/group{group}/{attn.boundary}-{attn.router_rule}/M{attn.chunk_size}"
-          f"+{attn.chunk_offset}/len{attn.min_chunk}-{attn.max_chunk}/{attn.delimiters}")
-
-
-def owns_boundaries(model: ModelConfig, layer: int) -> bool:
-  """Whether ``layer`` computes its group's boundaries (no earlier layer shares its key)."""
-  key = boundary_key(model.layers[layer], layer)
-  return not any(a.kind == "dynamic" and boundary_key(a, i) == key
-                 for i, a in enumerate(model.layers[:layer]))
-
-
-def num_slots(attn: AttentionConfig) -> int:
-  """Rows of the slot-bias table: the longest chunk the predictor can close."""
-  return attn.chunk_size if attn.boundary == "fixed" else attn.max_chunk
-
-
-def capacity(attn: AttentionConfig, seq_len: int) -> int:
-  """Packed entries per row of ``seq_len`` tokens (no closed chunk is ever dropped)."""
-  needed = chunking.entry_capacity(seq_len, attn.shortest_chunk, attn.capacity_multiple)
-  if not attn.entry_capacity:
-    return needed
-  if attn.entry_capacity < -(-seq_len // attn.shortest_chunk):
-    raise ValueError(f"entry_capacity {attn.entry_capacity} cannot hold the chunks of a row of "
-                     f"{seq_len} tokens (chunks of >= {attn.shortest_chunk} tokens)")
-  return attn.entry_capacity
-
-
-def visibility_delay(attn: AttentionConfig) -> int:
-  """Tokens between a chunk's last token and the first query that sees its entry.
-
-  1 for the router's ``start`` rule (the chunk ending at t - 1 is closed by x_t), else 0.
-  """
-  return int(attn.boundary == "router" and attn.router_rule == "start")
-
-
-def predict_boundaries(attn: AttentionConfig, ctx: AttentionContext,
-                       probs_BxT: Array | None) -> Array:
-  """ends_BxT (a chunk's last token) of the configured predictor.
-
-  ``probs`` is the router's output for 'router'. The flag at t depends on tokens
-  <= t + ``visibility_delay(attn)``; entries become visible that many tokens after their end.
-  """
-  seg = ctx.segment_ids_BxT
-  if attn.boundary == "fixed":
-    return chunking.fixed_end_flags(ctx.positions_BxT, attn.chunk_size, attn.chunk_offset)
-  if attn.boundary == "delimiter":
-    proposals = chunking.delimiter_proposals(ctx.tokens_BxT, attn.delimiter_ids)
-  else:
-    proposals = chunking.hard_proposals(probs_BxT)
-    if visibility_delay(attn):  # p_t starts a chunk at t: the chunk before it ends at t - 1
-      proposals = jnp.pad(proposals[:, 1:], ((0, 0), (0, 1)))
-  return chunking.enforce_lengths(proposals, seg, min_chunk=attn.min_chunk,
-                                  max_chunk=attn.max_chunk)
 
 
 class DynamicAttention(nn.Module):
@@ -153,53 +107,46 @@ class DynamicAttention(nn.Module):
           state.value, shared)
       return out(derotate(m, a, o, ctx.positions_BxT)), shared
     q, k, v = qkv(x_BxTxE, ctx)
-    ends_BxT, probs_BxT, shared = self._boundaries(x_BxTxE, ctx, shared, router)
-    o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, sink_H, ends_BxT, probs_BxT)
+    bounds, shared = self._boundaries(x_BxTxE, ctx, shared, router)
+    o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, sink_H, bounds)
     if ctx.decode:  # prefill: the parallel forward pass, then the cache it leaves behind
       state = self.variable("cache", "state", cache_lib.missing_cache)
       state.value = dynamic_decode.prefill_state(a, compressors, visibility_delay(a), x_BxTxE,
-                                                 k, v, ends_BxT, entries, state.value)
+                                                 k, v, bounds.ends_BxT, entries, state.value)
     return out(derotate(m, a, o, ctx.positions_BxT)), shared
 
-  def _boundaries(self, x_BxTxE, ctx, shared, router) -> tuple[Array, Array | None, dict]:
-    """(ends_BxT, probs_BxT or None, shared): computed by the owner, read by the others."""
+  def _boundaries(self, x_BxTxE, ctx, shared, router) -> tuple[Boundaries, dict]:
+    """(boundaries, shared): computed by the group's owner, read by the others."""
     a = self.attn
     key = boundary_key(a, self.layer)
+    seg = ctx.segment_ids_BxT
+    cap = capacity(a, x_BxTxE.shape[1])
     if router is None and key in shared:
-      return shared[key]["ends"], shared[key]["probs"], shared
+      return boundaries_lib.repacked(a, shared[key], seg, cap), shared
     if router is None and a.boundary == "router":
       raise ValueError(f"layer {self.layer}: the router boundaries of its group ({key}) come "
                        "from an earlier layer through `shared`, which does not hold them")
-    probs = None if router is None else router(x_BxTxE, ctx.segment_ids_BxT)
-    ends = predict_boundaries(a, ctx, probs)
-    if probs is not None and a.ratio_loss_weight:
-      decided = chunking.decided_probs(probs, ends, ctx.segment_ids_BxT, min_chunk=a.min_chunk,
-                                       max_chunk=a.max_chunk, delay=visibility_delay(a))
-      self.sow("aux_loss", "ratio_loss",
-               a.ratio_loss_weight * chunking.ratio_loss(ends, decided, a.chunk_size))
-    self.sow("aux_metrics", "mean_chunk_len", chunking.mean_chunk_length(ends))
-    self.sow("intermediates", "end_flags", ends)  # for analysis: the group's end flags
-    return ends, probs, {**shared, key: {"ends": ends, "probs": probs}}
+    probs = None if router is None else router(x_BxTxE, seg)
+    bounds = boundaries_lib.compute(a, ctx.tokens_BxT, ctx.positions_BxT, seg, probs)
+    loss = boundaries_lib.weighted_ratio_loss(a, bounds, seg)
+    if loss is not None:
+      self.sow("aux_loss", "ratio_loss", loss)
+    self.sow("aux_metrics", "mean_chunk_len", boundaries_lib.tokens_per_entry(bounds))
+    # For analysis: the group's end flags (evaluation reads these instead of recomputing).
+    self.sow("intermediates", boundaries_lib.SOWN_END_FLAGS, bounds.ends_BxT)
+    return bounds, {**shared, key: bounds}
 
-  def _forward(self, x_BxTxE, ctx, q, k, v, compressors, sink_H, ends_BxT,
-               probs_BxT) -> tuple[Array, dict[str, Array]]:
+  def _forward(self, x_BxTxE, ctx, q, k, v, compressors, sink_H,
+               bounds: Boundaries) -> tuple[Array, dict[str, Array]]:
     """(o_BxTxHxD, packed entries_BxCxKxD per compressor stream)."""
     a = self.attn
     b, t, _ = x_BxTxE.shape
     seg = ctx.segment_ids_BxT
-    cap = capacity(a, t)
-    layout = chunking.packed_layout(ends_BxT, seg, cap)
-    valid_BxC = layout.valid_BxC
-    first_BxC = jnp.where(valid_BxC, layout.entry_starts_BxC, 0)
+    layout = bounds.layout
+    cap = layout.capacity
+    first_BxC = jnp.where(layout.valid_BxC, layout.entry_starts_BxC, 0)
     start_pos_BxC = jnp.take_along_axis(ctx.positions_BxT, first_BxC, axis=1)
-    delay = visibility_delay(a)
-    scale_BxC = None
-    if probs_BxT is not None:
-      # The decision that closed each chunk: p at its last token, or with the 'start' rule at
-      # the token after it (none for a chunk the maximum length closed at the row's end).
-      decided_BxC = jnp.where(valid_BxC, layout.entry_ends_BxC + delay, t)
-      p_BxC = jnp.take_along_axis(probs_BxT, jnp.minimum(decided_BxC, t - 1), axis=1)
-      scale_BxC = jnp.where(decided_BxC < t, chunking.straight_through(p_BxC), 1.0)
+    scale_BxC = bounds.entry_scale_BxC()
     entries = {}
     for stream, comp in compressors.items():
       kv, z = comp.project(x_BxTxE, seg)
@@ -208,27 +155,28 @@ class DynamicAttention(nn.Module):
       pooled, entry_ends, entry_seg = kernels.segment_pool(
           kv.reshape(b, t, kh * r),
           jnp.zeros((b, t, kh * r), kv.dtype) if z is None else z.reshape(b, t, kh * r),
-          ends_BxT, seg, capacity=cap,
+          bounds.ends_BxT, seg, capacity=cap,
           slot_bias_SxN=None if bias is None else jnp.reshape(bias, (bias.shape[0], kh * r)),
-          implementation=a.implementation, interpret=a.interpret)
+          implementation=a.implementation, interpret=a.interpret, structure=layout.structure)
       positions = jnp.broadcast_to(start_pos_BxC[:, :, None], (b, cap, kh))
       entry = comp.finish(pooled.reshape(b, cap, kh, r), positions)
       if scale_BxC is not None:
         entry = entry * scale_BxC[:, :, None, None].astype(entry.dtype)
       entries[stream] = entry
-    # For analysis (mutable=["intermediates"]): where the chunks closed and what they hold.
-    self.sow("intermediates", "entry_ends", entry_ends)
+    # For analysis (mutable=["intermediates"]): where the chunks closed, from when each entry
+    # is visible (the router's delay included) and what they hold.
+    self.sow("intermediates", "entry_ends", layout.entry_ends_BxC)
+    self.sow("intermediates", boundaries_lib.SOWN_VISIBLE_FROM, layout.entry_visible_from_BxC)
     self.sow("intermediates", "entries", entries)
     ek = entries.get("kv", entries.get("k"))
     ev = entries.get("v", ek)
-    if delay:  # entries become visible `delay` tokens after their last token
-      entry_ends = jnp.where(entry_ends == kernels.PAD_END, entry_ends, entry_ends + delay)
     # With "xla" this is the fixed kind's blockwise path (custom softmax VJP), faster on CPU than
     # the kernels' plain reference, which stays the oracle of the Pallas kernels.
     per_head = (b, cap, ek.shape[2])
     o = compressed_core.attend(
         q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
-        entry_ends_BxCxK=jnp.broadcast_to(entry_ends[:, :, None], per_head),
-        entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[:, :, None], per_head),
+        entry_ends_BxCxK=jnp.broadcast_to(layout.entry_visible_from_BxC[:, :, None], per_head),
+        entry_segment_ids_BxCxK=jnp.broadcast_to(layout.entry_segment_ids_BxC[:, :, None],
+                                                 per_head),
         sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
     return o, entries

@@ -3,7 +3,7 @@
 Per layer (static shapes; one document per row, rows in lockstep as chunkformer/decode.py):
 - ``ring_k``/``ring_v``/``ring_pos``: the last W raw keys/values (chunkformer/kvcache/common.py);
 - ``entries_{s}`` B x C x K x D per compressor stream s and ``num_entries`` B: closed entries in
-  order of their end, C = ``dynamic.capacity(attn, max_len)`` (never overflows);
+  order of their end, C = ``chunking.boundaries.capacity(attn, max_len)`` (never overflows);
 - ``cur_kv_{s}``/``cur_z_{s}`` B x S x K x R, ``cur_len`` B, ``cur_start`` B: the open chunk's
   buffered compressor values and gate logits (S = the longest chunk), its length and the
   position of its first token;
@@ -182,9 +182,9 @@ def step(model: ModelConfig, attn: AttentionConfig, parts: Parts, key: str, dela
     new = cache_lib.ring_write(new, k, v)
     ring_k, ring_v = new["ring_k"], new["ring_v"]
     ring_valid = jnp.broadcast_to(new["ring_pos"] >= 0, ring_k.shape[:2])
-  else:  # no raw tokens: one never-visible slot
-    ring_k = ring_v = jnp.zeros((b, 1) + k.shape[2:], k.dtype)
-    ring_valid = jnp.zeros((b, 1), bool)
+  else:  # no raw tokens: a zero-slot window (every implementation takes W = 0)
+    ring_k = ring_v = jnp.zeros((b, 0) + k.shape[2:], k.dtype)
+    ring_valid = jnp.zeros((b, 0), bool)
   streams = ("kv",) if attn.shared_kv else ("k", "v")
   ek, ev = new[f"entries_{streams[0]}"], new[f"entries_{streams[-1]}"]
   o = kernels.decode_attention(q[:, 0], ring_k.astype(q.dtype), ring_v.astype(q.dtype),

@@ -128,7 +128,7 @@ class FixedAttention(nn.Module):
       ek = entries.get("kv", entries.get("k"))
       select = bias = None
       if indexer is not None:
-        visible = compressed_core.entry_visibility(
+        visible = compressed_core.per_head_entry_visibility(
             chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
             jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
         if isinstance(indexer, LightningIndexer):

@@ -117,7 +117,7 @@ class LightningIndexer(nn.Module):
     chunks = fixed_chunks(t, a.chunk_size, None if offsets_BxK is None else offsets_BxK[:, :1],
                           b, 1, positions_BxT, segment_ids_BxT)
     entries_BxCx1xD = self.compressor.compress(x_BxTxE, chunks, segment_ids_BxT)
-    visible = compressed_core.entry_visibility(
+    visible = compressed_core.per_head_entry_visibility(
         chunks.ends_BxCxK, chunks.segment_ids_BxCxK, jnp.broadcast_to(jnp.arange(t), (b, t)),
         segment_ids_BxT)[:, :, 0]
     return index_scores(q, weights, entries_BxCx1xD[:, :, 0]), visible

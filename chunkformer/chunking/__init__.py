@@ -4,9 +4,13 @@ A chunking is described by end flags ``ends_BxT`` ("a chunk closes at t"); fixed
 ``end_flags.fixed_end_flags``, the learned router (``router``) and the delimiter rule
 (``delimiter``) propose closes that ``end_flags.enforce_lengths`` turns into end flags under
 min/max chunk lengths. ``packing`` maps end flags to the static-capacity packed entry buffers
-read by ``kernels.segment_pool`` and ``kernels.chunk_attention``.
+read by ``kernels.segment_pool`` and ``kernels.chunk_attention``. ``boundaries`` owns a dynamic
+layer's chunking: ``boundaries.compute`` returns one typed ``Boundaries`` value (end flags,
+router probabilities, packed layout with each entry's visible-from position) that the
+attention kind, decoding, the ratio loss and evaluation consume.
 """
 
+from chunkformer.chunking.boundaries import Boundaries
 from chunkformer.chunking.delimiter import delimiter_proposals
 from chunkformer.chunking.end_flags import (
     enforce_lengths,
@@ -17,7 +21,6 @@ from chunkformer.chunking.end_flags import (
 from chunkformer.chunking.packing import (
     PackedLayout,
     entry_capacity,
-    entry_visibility,
     pack,
     packed_layout,
     unpack,
@@ -26,13 +29,13 @@ from chunkformer.chunking.ratio_loss import decided_probs, mean_chunk_length, ra
 from chunkformer.chunking.router import BoundaryRouter, hard_proposals, straight_through
 
 __all__ = [
+    "Boundaries",
     "BoundaryRouter",
     "PackedLayout",
     "decided_probs",
     "delimiter_proposals",
     "enforce_lengths",
     "entry_capacity",
-    "entry_visibility",
     "fixed_end_flags",
     "hard_proposals",
     "is_document_start",

@@ -43,6 +43,9 @@ class PackedLayout:
   entry_segment_ids_BxC: Array  # document of each entry; PAD_SEGMENT for padding
   entry_starts_BxC: Array  # row index of each entry's first token; PAD_END for padding
   num_entries_B: Array  # closed chunks kept (all of them when capacity is entry_capacity)
+  # First query that sees each entry: its end plus the predictor's delay (the router's 'start'
+  # rule closes a chunk with the token after it); PAD_END for padding.
+  entry_visible_from_BxC: Array
 
   @property
   def capacity(self) -> int:
@@ -52,11 +55,30 @@ class PackedLayout:
   def valid_BxC(self) -> Array:
     return self.entry_ends_BxC != kernels.PAD_END
 
+  @property
+  def structure(self) -> kernels.ChunkStructure:
+    """The kernels' view of this layout (``kernels.segment_pool(..., structure=)``)."""
+    return kernels.ChunkStructure(self.entry_of_token_BxT, self.pos_in_chunk_BxT,
+                                  self.entry_ends_BxC, self.entry_segment_ids_BxC,
+                                  self.entry_starts_BxC, self.num_entries_B)
 
-def packed_layout(ends_BxT: Array, segment_ids_BxT: Array, capacity: int) -> PackedLayout:
-  """The packed layout of the chunks described by end flags (see module docstring)."""
+  def visibility_BxTxC(self, segment_ids_BxT: Array) -> Array:
+    """visible_BxTxC: query t may read entry c (``kernels.entry_visible``)."""
+    return kernels.entry_visibility_BxTxC(self.entry_visible_from_BxC,
+                                          self.entry_segment_ids_BxC, segment_ids_BxT)
+
+
+def packed_layout(ends_BxT: Array, segment_ids_BxT: Array, capacity: int,
+                  delay: int = 0) -> PackedLayout:
+  """The packed layout of the chunks described by end flags (see module docstring).
+
+  ``delay``: tokens between an entry's last token and the first query that sees it.
+  """
   # Field order follows kernels.chunk_structure's return order.
-  return PackedLayout(*kernels.chunk_structure(ends_BxT, segment_ids_BxT, capacity))
+  structure = kernels.chunk_structure(ends_BxT, segment_ids_BxT, capacity)
+  entry_ends = structure[2]
+  visible_from = jnp.where(entry_ends == kernels.PAD_END, entry_ends, entry_ends + delay)
+  return PackedLayout(*structure, visible_from)
 
 
 def _take_rows(x_BxTx_: Array, index_BxC: Array) -> Array:
@@ -85,10 +107,3 @@ def unpack(packed_BxCx_: Array, layout: PackedLayout, seq_len: int) -> Array:
   out = jnp.zeros((b, seq_len + 1) + packed_BxCx_.shape[2:], packed_BxCx_.dtype)
   out = jax.vmap(lambda o, r, p: o.at[r].set(p))(out, rows, packed_BxCx_)
   return out[:, :seq_len]
-
-
-def entry_visibility(layout: PackedLayout, segment_ids_BxT: Array) -> Array:
-  """visible_BxTxC: query t may read entry c (its chunk ended at or before t, same document)."""
-  t = segment_ids_BxT.shape[1]
-  return ((layout.entry_ends_BxC[:, None, :] <= jnp.arange(t)[None, :, None])
-          & (layout.entry_segment_ids_BxC[:, None, :] == segment_ids_BxT[:, :, None]))

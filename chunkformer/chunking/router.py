@@ -9,7 +9,7 @@ entry of a chunk closing at t - 1 cannot do that. Two causal readings (``router_
   ending at t - 1 is closed when x_t arrives, and its entry becomes visible from query t on:
   one token later than its last token (the window still shows that token raw). In end-flag
   terms the flags are the proposals shifted one token left, ``ends[t - 1] = p_t >= 1/2``, with a
-  visibility delay of one token (``chunkformer/attention/dynamic.py``).
+  visibility delay of one token (``chunking.boundaries.visibility_delay``).
 - ``end``: p_t >= 1/2 means t is the last token of its chunk; the entry is visible at t.
 The score is identical; what differs is which token the dissimilarity prior (identity
 projections: a boundary where adjacent states differ) puts at the chunk's edge. Under ``end`` a

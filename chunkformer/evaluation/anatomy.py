@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from chunkformer import data as data_lib
-from chunkformer.attention import dynamic
-from chunkformer.attention.common import AttentionContext
+from chunkformer.chunking import boundaries as chunk_boundaries
 from chunkformer.config import AttentionConfig
 from chunkformer.evaluation import attention_probe, boundaries, needle_sweep, slot_gain
 from chunkformer.evaluation import trained as trained_lib
@@ -41,8 +40,7 @@ def predictor(model: trained_lib.TrainedModel, batch_size: int,
   def extract(collections, rows):
     intermediates = collections.get(trained_lib.INTERMEDIATES, {})
     out = dict(slot_gain.extract(intermediates), **attention(collections, rows))
-    ends = boundaries.end_flags(config, intermediates, rows["inputs"], rows["positions"],
-                                rows["segment_ids"])
+    ends = boundaries.end_flags(config, intermediates)
     if ends is not None:
       out["ends"] = ends
     return out
@@ -122,7 +120,7 @@ def group_means(values_N: np.ndarray, groups_N: np.ndarray,
 
 def rule_end_flags(attn: AttentionConfig, tokens_T: Sequence[int]) -> np.ndarray:
   """bool ends_T that a dynamic layer configured as ``attn`` (boundary 'delimiter' or 'fixed')
-  uses on one document of tokens: the layer's own ``predict_boundaries``."""
+  uses on one document of tokens: ``chunking.boundaries.predict_end_flags``, as the layer."""
   if attn.boundary == "router":
     raise ValueError("the router's boundaries need a trained model: read them from its "
                      "forward pass (predictor outputs 'ends')")
@@ -132,9 +130,9 @@ def rule_end_flags(attn: AttentionConfig, tokens_T: Sequence[int]) -> np.ndarray
   pad = next(i for i in range(len(attn.delimiter_ids) + 1) if i not in attn.delimiter_ids)
   length = -(-max(tokens_T.size, 1) // 128) * 128
   tokens = jnp.asarray(np.pad(tokens_T, (0, length - tokens_T.size), constant_values=pad)[None])
-  ctx = AttentionContext(tokens, jnp.arange(length)[None], jnp.zeros_like(tokens))
-  return np.asarray(_predict_boundaries(attn, ctx, None))[0, :tokens_T.size]
+  ends = _predict_end_flags(attn, tokens, jnp.arange(length)[None], jnp.zeros_like(tokens), None)
+  return np.asarray(ends)[0, :tokens_T.size]
 
 
 # One compiled program instead of an eager associative scan (seconds of op-by-op dispatch).
-_predict_boundaries = jax.jit(dynamic.predict_boundaries, static_argnums=0)
+_predict_end_flags = jax.jit(chunk_boundaries.predict_end_flags, static_argnums=0)

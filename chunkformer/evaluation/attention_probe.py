@@ -3,12 +3,12 @@
 The attention kinds return outputs only. For analysis, ``capture_filter`` keeps what a forward
 pass needs to rebuild every query's attention distribution: each layer's q and raw k (the
 output of ``QKVProjection``) and, for the fixed kind, its entries (``Compressor.compress``);
-the dynamic kind sows its packed entries and their end positions itself. ``attention_weights``
-applies the one-softmax rule of ``compressed_core.compressed_attention`` and
+the dynamic kind sows its packed entries and their layout itself. ``attention_weights`` returns
+the weights of ``kernels.dense_attention``, the oracle of ``compressed_core`` and
 ``kernels.chunk_attention`` (raw key s visible to query t iff ``t - W < s <= t``, entry c iff
-``end_c <= t``, both in t's document, plus the optional sink logit whose value is zero); the
-weights times the values give those functions' outputs (tested). Full attention is the case
-W = T without entries.
+``kernels.entry_visible``: visible from <= t, both in t's document, plus the optional sink
+logit whose value is zero); the weights times the values give the layers' outputs (tested).
+Full attention is the case W = T without entries.
 
 ``extractor`` bundles this for ``trained.Predictor``; ``needle_entry_attention`` reads, for
 each needle sweep row, how much the answering query attends to the entries holding the
@@ -18,7 +18,6 @@ Not modelled: top-k entry selection (``attn.topk``), which hides entries by an i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,10 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import kernels
 from chunkformer.attention.common import QKVProjection
+from chunkformer.chunking.boundaries import SOWN_VISIBLE_FROM
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
 from chunkformer.config import ModelConfig
 from chunkformer.evaluation.needle_sweep import SweepRows
+from kernels import AttentionWeights
 from kernels import layout as kernel_layout
 
 Array = jax.Array
@@ -38,16 +40,6 @@ _CALL = "__call__"
 _COMPRESS = "compress"
 # Entry streams whose vectors are the keys attention scores against (shared KV or keys).
 _KEY_COMPRESSORS = ("compressor", "key_compressor")
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class AttentionWeights:
-  """One layer's attention distribution; per query and head the three parts sum to 1 (or 0)."""
-
-  raw_BxTxHxT: Array  # weight of query t on raw key s (zero outside the window)
-  entries_BxTxHxC: Array  # weight of query t on entry c of its key/value head
-  sink_BxTxH: Array  # weight of the sink (zero without one)
 
 
 def capture_filter(module: Any, method: str) -> bool:
@@ -58,47 +50,18 @@ def capture_filter(module: Any, method: str) -> bool:
 
 def attention_weights(q_BxTxHxD: Array, k_BxTxKxD: Array, segment_ids_BxT: Array, *,
                       window: int, entry_k_BxCxKxD: Array | None = None,
-                      entry_ends_BxCxK: Array | None = None,
+                      entry_visible_from_BxCxK: Array | None = None,
                       entry_segment_ids_BxCxK: Array | None = None,
                       sink_H: Array | None = None) -> AttentionWeights:
-  """The softmax weights of ``compressed_attention`` / ``kernels.chunk_attention``.
+  """The softmax weights of a layer: ``kernels.dense_attention``'s, the oracle of the kinds.
 
-  Query head h reads key/value head h // (H/K). ``entry_ends`` (row index of each entry's last
-  token, per key/value head; anything >= T is never visible) and ``entry_segment_ids`` follow
-  the fixed kind's layout; broadcast a packed layout's [B, C] arrays to [B, C, K]. Logits
-  are scaled by D**-0.5, as in the layers. A query that sees nothing gets all-zero weights.
+  ``entry_visible_from`` is the first query index that sees each entry (its end, plus the
+  router's delay under the 'start' rule), per key/value head ([B, C] arrays broadcast).
   """
-  b, t, h, d = q_BxTxHxD.shape
-  kh = k_BxTxKxD.shape[2]
-  g = h // kh
-  scale = d**-0.5
-  q = q_BxTxHxD.astype(jnp.float32).reshape(b, t, kh, g, d)
-  query = jnp.arange(t)
-  same_doc = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]  # B x T x S
-  delta = query[:, None] - query[None, :]
-  raw_visible = same_doc & ((delta >= 0) & (delta < window))[None]
-  raw = jnp.einsum("btkgd,bskd->btkgs", q, k_BxTxKxD.astype(jnp.float32)) * scale
-  logits = [jnp.where(raw_visible[:, :, None, None], raw, -jnp.inf)]
-  c = 0
-  if entry_k_BxCxKxD is not None:
-    c = entry_k_BxCxKxD.shape[1]
-    ends = jnp.moveaxis(entry_ends_BxCxK, 1, 2)[:, None]  # B x 1 x K x C
-    visible = ends <= query[None, :, None, None]  # B x T x K x C
-    if entry_segment_ids_BxCxK is not None:
-      visible &= (jnp.moveaxis(entry_segment_ids_BxCxK, 1, 2)[:, None]
-                  == segment_ids_BxT[:, :, None, None])
-    scores = jnp.einsum("btkgd,bckd->btkgc", q, entry_k_BxCxKxD.astype(jnp.float32)) * scale
-    logits.append(jnp.where(visible[:, :, :, None], scores, -jnp.inf))
-  if sink_H is not None:
-    logits.append(jnp.broadcast_to(sink_H.astype(jnp.float32).reshape(1, 1, kh, g, 1),
-                                   (b, t, kh, g, 1)))
-  z = jnp.concatenate(logits, axis=-1)
-  top = jnp.max(z, axis=-1, keepdims=True)
-  e = jnp.exp(z - jnp.where(jnp.isfinite(top), top, 0.0))
-  total = jnp.sum(e, axis=-1, keepdims=True)
-  w = (e / jnp.where(total > 0, total, 1.0)).reshape(b, t, h, -1)
-  sink = w[..., t + c] if sink_H is not None else jnp.zeros((b, t, h), jnp.float32)
-  return AttentionWeights(w[..., :t], w[..., t:t + c], sink)
+  return kernels.dense_attention(
+      q_BxTxHxD, k_BxTxKxD, None, segment_ids_BxT, window=window,
+      entry_k_BxCxKxD=entry_k_BxCxKxD, entry_visible_from_BxC=entry_visible_from_BxCxK,
+      entry_segment_ids_BxC=entry_segment_ids_BxCxK, sink_H=sink_H)[1]
 
 
 def _find(tree: Any, path: Sequence[str]) -> Any:
@@ -154,13 +117,14 @@ def layer_attention(model: ModelConfig, params: Any, intermediates: Any, layer: 
     row = jnp.broadcast_to(jnp.arange(b)[:, None, None, None], tok.shape)
     token_entry = jnp.full((b, t + 1, kh), c, jnp.int32).at[row, tok, head].set(chunk)[:, :t]
     weights = attention_weights(q, k, segment_ids_BxT, window=attn.window,
-                                entry_k_BxCxKxD=entries, entry_ends_BxCxK=chunks.ends_BxCxK,
+                                entry_k_BxCxKxD=entries, entry_visible_from_BxCxK=chunks.ends_BxCxK,
                                 entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink)
     return weights, token_entry
   if attn.kind == "dynamic":
     packed = _find(intermediates, (block, "attn", "entries"))
     ends_BxC = _find(intermediates, (block, "attn", "entry_ends"))
-    if packed is None or ends_BxC is None:
+    visible_from_BxC = _find(intermediates, (block, "attn", SOWN_VISIBLE_FROM))
+    if packed is None or ends_BxC is None or visible_from_BxC is None:
       raise ValueError(f"layer {layer}: the dynamic kind sows its entries only into a mutable "
                        "'intermediates' collection")
     entries = packed.get("kv", packed.get("k"))
@@ -183,7 +147,9 @@ def layer_attention(model: ModelConfig, params: Any, intermediates: Any, layer: 
     token_entry = jnp.broadcast_to(jnp.where(owned, first, c)[..., None], (b, t, kh))
     weights = attention_weights(
         q, k, segment_ids_BxT, window=attn.window, entry_k_BxCxKxD=entries,
-        entry_ends_BxCxK=jnp.broadcast_to(ends_BxC[..., None], (b, c, kh)),
+        # From the sown layout: under the router's 'start' rule an entry is visible one token
+        # after its end (reading the end here was a bug: weights on not-yet-visible entries).
+        entry_visible_from_BxCxK=jnp.broadcast_to(visible_from_BxC[..., None], (b, c, kh)),
         entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[..., None], (b, c, kh)),
         sink_H=sink)
     return weights, token_entry.astype(jnp.int32)
@@ -209,7 +175,7 @@ def extractor(model: ModelConfig, params: Any, layers: Sequence[int] | None = No
     for layer in layers:
       weights, token_entry = layer_attention(model, params, intermediates, layer,
                                              rows["segment_ids"], rows["positions"])
-      out[f"attn_raw/{layer}"] = weights.raw_BxTxHxT[:, keep]
+      out[f"attn_raw/{layer}"] = weights.raw_BxTxHxS[:, keep]
       out[f"attn_entries/{layer}"] = weights.entries_BxTxHxC[:, keep]
       out[f"attn_sink/{layer}"] = weights.sink_BxTxH[:, keep]
       out[f"token_entry/{layer}"] = token_entry

@@ -1,14 +1,10 @@
-"""The end flags a dynamic model actually used, recovered during an evaluation forward pass.
+"""The end flags a dynamic model actually used, read from its evaluation forward pass.
 
-The ``dynamic`` kind computes its boundaries once per group (``attention/dynamic.py``) and
-does not sow them. For the sweep's phases and the achieved compression ratio we read the
-first dynamic layer's boundaries (group 0's owner):
-- ``delimiter`` and ``fixed`` rules depend on tokens and positions only, so they are recomputed
-  with the kind's own ``predict_boundaries``;
-- the learned ``router`` needs the owner's hidden states: its output probabilities are captured
-  with Flax's ``capture_intermediates`` (filter ``capture_filter``) and turned into end flags
-  by the same ``predict_boundaries``.
-If a kind sows ``end_flags`` (bool ends_BxT) into "intermediates", those win.
+The ``dynamic`` kind computes its boundaries once per group (``chunking.boundaries.compute``)
+and the group's owner sows its end flags into "intermediates"
+(``chunking.boundaries.SOWN_END_FLAGS``); the per-layer packed layout, with each entry's
+visible-from position, is sown too (``SOWN_VISIBLE_FROM``). Evaluation reads those values, the
+first dynamic layer's group, instead of recomputing them from model internals.
 """
 
 from __future__ import annotations
@@ -18,13 +14,10 @@ from typing import Any
 
 import jax
 
-from chunkformer import chunking
-from chunkformer.attention import dynamic
-from chunkformer.attention.common import AttentionContext
+from chunkformer.chunking.boundaries import SOWN_END_FLAGS
 from chunkformer.config import AttentionConfig, ModelConfig
 
-END_FLAGS = "end_flags"  # an optional sown name that overrides the recomputation
-_CALL = "__call__"  # where capture_intermediates stores a module's output
+END_FLAGS = SOWN_END_FLAGS
 
 
 def first_dynamic(model: ModelConfig) -> tuple[int, AttentionConfig] | None:
@@ -33,22 +26,6 @@ def first_dynamic(model: ModelConfig) -> tuple[int, AttentionConfig] | None:
     if attn.kind == "dynamic":
       return layer, attn
   return None
-
-
-def capture_filter(model: ModelConfig):
-  """``capture_intermediates`` filter keeping the boundary router's output (None: not needed)."""
-  found = first_dynamic(model)
-  if found is None or found[1].boundary != "router":
-    return None
-  return lambda module, method: method == _CALL and isinstance(module, chunking.BoundaryRouter)
-
-
-def _find(tree: Any, path: tuple[str, ...]) -> Any:
-  for part in path:
-    if not isinstance(tree, Mapping) or part not in tree:
-      return None
-    tree = tree[part]
-  return tree
 
 
 def _sown(tree: Any, name: str) -> Any:
@@ -63,22 +40,20 @@ def _sown(tree: Any, name: str) -> Any:
   return None
 
 
-def end_flags(model: ModelConfig, intermediates: Any, tokens_BxT: jax.Array,
-              positions_BxT: jax.Array, segment_ids_BxT: jax.Array) -> jax.Array | None:
-  """bool ends_BxT of the first dynamic layer (module docstring); None for other models."""
-  sown = _sown(intermediates, END_FLAGS)
-  if sown is not None:
-    return sown.astype(bool)
+def end_flags(model: ModelConfig, intermediates: Any) -> jax.Array | None:
+  """bool ends_BxT of the first dynamic layer's group; None for models without one.
+
+  ``intermediates``: the "intermediates" collection of a forward pass applied with
+  ``mutable=["intermediates"]`` (``trained.Predictor`` does).
+  """
   found = first_dynamic(model)
   if found is None:
     return None
-  layer, attn = found
-  probs = None
-  if attn.boundary == "router":
-    captured = _find(intermediates, (f"block_{layer}", "attn", "router", _CALL))
-    if captured is None:
-      raise ValueError(f"layer {layer}: no captured router output; apply the model with "
-                       "capture_intermediates=capture_filter(model)")
-    probs = captured[0] if isinstance(captured, (tuple, list)) else captured
-  ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT)
-  return dynamic.predict_boundaries(attn, ctx, probs)
+  block = intermediates.get(f"block_{found[0]}") if isinstance(intermediates, Mapping) else None
+  sown = _sown(block, END_FLAGS)
+  if sown is None:  # layers under a scan or another naming: the first sown flags anywhere
+    sown = _sown(intermediates, END_FLAGS)
+  if sown is None:
+    raise ValueError(f"layer {found[0]}: no sown '{END_FLAGS}'; apply the model with "
+                     "mutable=['intermediates']")
+  return sown.astype(bool)

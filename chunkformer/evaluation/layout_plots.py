@@ -134,7 +134,8 @@ def plot_packed_layout(path, labels_T: Sequence[str], ends_T, segment_ids_T, *, 
   raw_axes.set_xlabel(f"raw key (window W={window})", fontsize=8)
   raw_axes.set_ylabel("query t", fontsize=8)
   entry_axes = figure.add_subplot(grid[2, 1], sharey=raw_axes)
-  visible = (entry_ends[None, :] <= query[:, None]) & (entry_seg[None, :] == seg_T[:, None])
+  visible = np.asarray(kernels.entry_visibility_BxTxC(
+      jnp.asarray(entry_ends[None]), jnp.asarray(entry_seg[None]), seg))[0]
   shade = np.ones((t, c, 4))
   for e in range(c):
     shade[visible[:, e], e] = color(e)

@@ -69,11 +69,16 @@ class SweepRows:
     return len(self.layouts) // self.offsets_K.size, self.offsets_K.size
 
 
+class WindowAlignmentError(ConfigError):
+  """The needle window fits the haystack, but no start at a multiple of ``spec.align`` does."""
+
+
 def window(config: DataConfig, spec: NeedleSweepSpec, depth: float) -> tuple[int, int]:
   """Reserved interval [start, stop) of one depth; the needle takes offsets start..start+K-1.
 
-  Raises ConfigError naming ``sweep.num_offsets`` if the aligned window does not fit the
-  haystack of ``data.seq_len`` tokens.
+  Raises ConfigError naming ``sweep.num_offsets`` if the window does not fit the haystack of
+  ``data.seq_len`` tokens, and ``WindowAlignmentError`` if it fits only at a start that is not
+  a multiple of ``spec.align``.
   """
   if spec.num_offsets < 2:
     raise ConfigError(f"config field 'sweep.num_offsets': need >= 2 offsets, got "
@@ -91,10 +96,9 @@ def window(config: DataConfig, spec: NeedleSweepSpec, depth: float) -> tuple[int
   if start < 1:
     start += spec.align
   if start + width > hay_stop:
-    raise ConfigError(
-        f"config field 'sweep.num_offsets': {spec.num_offsets} offsets starting at a multiple "
-        f"of {spec.align} (window [{start}, {start + width})) do not fit the haystack "
-        f"[1, {hay_stop}) of data.seq_len = {config.seq_len}")
+    raise WindowAlignmentError(
+        f"the needle window of {width} tokens must start at a multiple of {spec.align} and no "
+        f"such start fits the haystack [1, {hay_stop}) of data.seq_len = {config.seq_len}")
   return start, start + width
 
 

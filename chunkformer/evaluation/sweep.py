@@ -224,6 +224,7 @@ def _extra_sections(records: Sequence[dict[str, Any]]) -> str:
 def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
   """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote."""
   began = time.time()
+  workdir_lib.require_directory(workdir)  # before any variant trains
   sweep = sweep_config.resolve(config, workdir)
   s = sweep.settings
   to_train = [v for v in sweep.variants if not is_finished(v)]

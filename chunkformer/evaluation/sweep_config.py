@@ -300,6 +300,19 @@ def resolve(config: ml_collections.ConfigDict, workdir: str) -> Sweep:
         needle_sweep.check_fits(variant.config.data, spec)
       if settings.prefix_prompts:
         prefix_probe.base_config(variant.config.data, sweep.prefix_spec())
+    except needle_sweep.WindowAlignmentError as e:
+      raise ConfigError(_alignment_message(sweep, e)) from None
     except ConfigError as e:
       raise ConfigError(f"sweep variant {variant.name!r}: {e}") from None
   return sweep
+
+
+def _alignment_message(sweep: Sweep, error: Exception) -> str:
+  """Why no aligned needle window fits: the lcm of the chunk sizes, and who brings them."""
+  brings = {m: [v.name for v in sweep.variants if m in chunk_sizes(v.config.model)]
+            for m in sweep.chunk_sizes}
+  sizes = ", ".join(f"M={m} ({', '.join(names) or 'sweep.reference_chunk_size'})"
+                    for m, names in brings.items())
+  return (f"sweep window alignment: {error}; the alignment {sweep.align} is the least common "
+          f"multiple of every chunk size in play: {sizes}. Use chunk sizes with a smaller lcm "
+          "(e.g. drop or change the variant with the odd size), or a longer data.seq_len")

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from chunkformer import checkpointing, objective
+from chunkformer import checkpointing, evaluate, objective
 from chunkformer import runtime as runtime_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import workdir as workdir_lib
@@ -69,16 +69,9 @@ def finished_config(workdir: str) -> Config:
 
 def load(workdir: str) -> TrainedModel:
   """Restores the finished run in ``workdir`` (see ``finished_config`` for the errors)."""
-  config = finished_config(workdir)
-  rt = runtime_lib.build(config)
-  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
-  if restored is None:
-    raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
-  state, step = restored
-  if step < config.train.steps:
-    raise ConfigError(f"workdir {workdir!r}: the final checkpoint does not restore; the newest "
-                      f"one that does is at step {step} of {config.train.steps}")
-  return TrainedModel(workdir, config, rt, state.params, step)
+  finished_config(workdir)  # the cheap checks first: nothing is built for a refused run
+  config, rt, params, step = evaluate.restore_run(workdir)
+  return TrainedModel(workdir, config, rt, params, step)
 
 
 class Predictor:

@@ -57,14 +57,12 @@ def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_li
   def extract(collections, rows):
     intermediates = collections.get(trained_lib.INTERMEDIATES, {})
     out = slot_gain.extract(intermediates)
-    ends = boundaries.end_flags(model, intermediates, rows["inputs"], rows["positions"],
-                                rows["segment_ids"])
+    ends = boundaries.end_flags(model, intermediates)
     if ends is not None:
       out["ends"] = ends.astype(np.int8)
     return out
 
-  return trained_lib.Predictor(trained, batch_size, extract=extract,
-                               capture=boundaries.capture_filter(model))
+  return trained_lib.Predictor(trained, batch_size, extract=extract)
 
 
 def describe(variant: Variant) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from chunkformer.attention.common import AttentionContext
 from chunkformer.config import ModelConfig
+from chunkformer.context import AttentionContext
 
 Array = jax.Array
 

@@ -1,0 +1,24 @@
+"""What a forward pass tells every layer about its rows (``AttentionContext``).
+
+Its own module so that the attention kinds, the caches (``kvcache/``) and the model share it
+without importing each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+Array = jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AttentionContext:
+  tokens_BxT: Array
+  positions_BxT: Array  # position of each token inside its document
+  segment_ids_BxT: Array  # document id per token; attention never crosses documents
+  train: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  # Incremental decoding: kinds read and update their 'cache' collection (chunkformer/decode.py).
+  decode: bool = dataclasses.field(default=False, metadata=dict(static=True))

@@ -1,0 +1,134 @@
+"""Edge cases of the kernel contracts on every implementation (Pallas in interpret mode).
+
+Rows with no key at all, a zero-slot decode window, bf16 pooling gradients and document ids
+that reappear later in a row: each must give the contract's result, not an error or a number
+that depends on the implementation or the tile size.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernels
+from tests import kernel_cases as kc
+
+IMPLEMENTATIONS = kernels.IMPLEMENTATIONS
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compiles():
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def _normal(rng, *shape, dtype=jnp.float32):
+  return jnp.asarray(rng.standard_normal(shape), dtype)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_query_with_no_key_at_all_outputs_zero_on_every_implementation(implementation):
+  # window 0 and an empty entry buffer: every query sees nothing (the sink has value zero).
+  rng = np.random.default_rng(0)
+  b, t, h, kh, d = 1, 8, 2, 1, 8
+  empty = _normal(rng, b, 0, kh, d)
+  none_BxC = jnp.zeros((b, 0), jnp.int32)
+
+  def loss(q, sink):
+    o = kernels.chunk_attention(q, _normal(rng, b, t, kh, d), _normal(rng, b, t, kh, d),
+                                jnp.zeros((b, t), jnp.int32), empty, empty, none_BxC, none_BxC,
+                                window=0, sink_H=sink, implementation=implementation,
+                                interpret=True)
+    return jnp.sum(o), o
+
+  (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+      _normal(rng, b, t, h, d), _normal(rng, h))
+  np.testing.assert_array_equal(np.asarray(o), 0.0)
+  for g in grads:
+    np.testing.assert_array_equal(np.asarray(g), 0.0)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("capacity", [0, 5])
+def test_decode_with_a_zero_slot_window_attends_to_entries_only(implementation, capacity):
+  rng = np.random.default_rng(1)
+  b, h, kh, d = 3, 4, 2, 8
+  q, ek, ev, sink = (_normal(rng, b, h, d), _normal(rng, b, capacity, kh, d),
+                     _normal(rng, b, capacity, kh, d), _normal(rng, h))
+  wk = _normal(rng, b, 0, kh, d)
+  num_entries = jnp.asarray([0, min(2, capacity), capacity])
+  got = kernels.decode_attention(q, wk, wk, jnp.zeros((b, 0), bool), ek, ev, num_entries,
+                                 sink_H=sink, implementation=implementation, interpret=True)
+  want = kc.decode_oracle(q, wk, wk, np.zeros((b, 0), bool), ek, ev, num_entries, sink_H=sink)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(got)[0], 0.0)  # nothing visible in row 0
+
+
+@pytest.mark.parametrize("implementation,block_sizes", [
+    ("pallas_gpu", kernels.PoolBlockSizes(block_t=16, block_n=16)),
+    ("pallas_tpu", kernels.PoolBlockSizes(block_t=8, block_n=128)),
+])
+def test_pallas_pool_gradient_of_bf16_inputs_has_float32_precision(implementation, block_sizes):
+  # The backward must use the float32 entries, not the bf16-rounded outputs: the float32 slot
+  # bias gradient then agrees with the xla path to float32 rounding (bf16 entries: ~5e-3).
+  rng = np.random.default_rng(0)
+  b, t, n, capacity = 2, 30, 16, 12
+  seg = kc.segment_ids(rng, b, t, 2)
+  ends = jnp.asarray(kc.end_flags(rng, seg, "dynamic"))
+  values = _normal(rng, b, t, n, dtype=jnp.bfloat16)
+  logits = 3 * _normal(rng, b, t, n, dtype=jnp.bfloat16)
+  slot_bias, ct = _normal(rng, 4, n), _normal(rng, b, capacity, n)
+
+  def grad(impl, sizes=None):
+    def loss(bias):
+      pooled = kernels.segment_pool(values, logits, ends, jnp.asarray(seg), capacity=capacity,
+                                    slot_bias_SxN=bias, implementation=impl, interpret=True,
+                                    block_sizes=sizes)[0]
+      return jnp.sum(pooled.astype(jnp.float32) * ct)
+    return np.asarray(jax.grad(loss)(slot_bias))
+
+  want = grad("xla")
+  got = grad(implementation, block_sizes)
+  assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def _reappearing_ids_case(seed):
+  """Row 0 holds ids 5 5 5 5 5 5 7 7 7 7 5 5 5 5 5 5 9 9 9 9: document 5 appears twice."""
+  rng = np.random.default_rng(seed)
+  seg = np.asarray([[5] * 6 + [7] * 4 + [5] * 6 + [9] * 4], np.int32)
+  b, t = seg.shape
+  ends = kc.end_flags(rng, seg, 3)
+  _, _, entry_ends, entry_seg, _, _ = kc._structure(jnp.asarray(ends), jnp.asarray(seg), t)
+  h, kh, d = 2, 1, 8
+  args = (_normal(rng, b, t, h, d), _normal(rng, b, t, kh, d), _normal(rng, b, t, kh, d),
+          jnp.asarray(seg), _normal(rng, b, t, kh, d), _normal(rng, b, t, kh, d), entry_ends,
+          entry_seg)
+  return args
+
+
+@pytest.mark.parametrize("implementation,block_sizes", [
+    ("xla", None),
+    ("pallas_gpu", kernels.AttentionBlockSizes(block_q=16, block_k=16, block_c=16)),
+    ("pallas_gpu", kernels.AttentionBlockSizes(block_q=32, block_k=32, block_c=32)),
+    ("pallas_tpu", kernels.AttentionBlockSizes(block_q=8, block_k=8, block_c=8)),
+])
+def test_reappearing_document_id_starts_a_new_document_at_every_tile_size(implementation,
+                                                                         block_sizes):
+  args = _reappearing_ids_case(0)
+  window = 12  # long enough to reach from the second run of id 5 back into the first
+  got = kernels.chunk_attention(*args, window=window, implementation=implementation,
+                                interpret=True, block_sizes=block_sizes)
+  # The contract: documents are contiguous runs, so the oracle runs on run indices.
+  runs = np.cumsum(np.concatenate([[True], args[3][0, 1:] != args[3][0, :-1]]))[None]
+  entry_ends = np.asarray(args[6])
+  entry_runs = np.where(entry_ends < runs.shape[1],
+                        runs[0, np.minimum(entry_ends, runs.shape[1] - 1)], -1)
+  want = kc.attention_oracle(*args[:3], runs, *args[4:6], entry_ends, entry_runs, window=window)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+  # and the second run of id 5 really differs from what raw-id matching would give
+  raw = kc.attention_oracle(*args, window=window)
+  assert np.abs(raw[0, 10:16] - want[0, 10:16]).max() > 1e-3
