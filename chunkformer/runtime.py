@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding
 from chunkformer import data as data_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
+from chunkformer import warm_start
 from chunkformer.config import Config
 from chunkformer.model import Transformer
 
@@ -52,6 +53,8 @@ class Runtime:
     return sharding_lib.global_batch(local, self.batch_sharding, self.config.data.batch_size)
 
   def init_state(self) -> state_lib.TrainState:
+    if self.config.init.from_workdir:  # pretrained weights, new parameters freshly initialised
+      return warm_start.initial_state(self)
     rng = jax.random.fold_in(jax.random.key(self.config.seed), 0)
     return state_lib.create(self.model, self.tx, self.config, self.mesh, self.state_shardings,
                             rng)
@@ -66,7 +69,7 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   config.validate()
   mesh = sharding_lib.make_mesh(config.mesh, devices)
   model = Transformer(config.model)
-  tx = state_lib.make_optimizer(config.train)
+  tx = warm_start.optimizer(config, state_lib.make_optimizer(config.train))
   abstract, shardings, rules = state_lib.abstract_state(model, tx, config, mesh)
   batch_sharding = sharding_lib.batch_sharding(mesh, rules)
   sharding_lib.check_batch(config.data.batch_size, batch_sharding)
