@@ -53,8 +53,13 @@ class Runtime:
     return sharding_lib.global_batch(local, self.batch_sharding, self.config.data.batch_size)
 
   def init_state(self) -> state_lib.TrainState:
-    if self.config.init.from_workdir:  # pretrained weights, new parameters freshly initialised
-      return warm_start.initial_state(self)
+    """Step 0: fresh parameters, or those of ``init.from_workdir`` where it has them."""
+    state = self.fresh_state()
+    if self.config.init.from_workdir:
+      state = warm_start.load_into(self.config, state)
+    return state
+
+  def fresh_state(self) -> state_lib.TrainState:
     rng = jax.random.fold_in(jax.random.key(self.config.seed), 0)
     return state_lib.create(self.model, self.tx, self.config, self.mesh, self.state_shardings,
                             rng)

@@ -97,11 +97,10 @@ def load_params(workdir: str) -> tuple[Config, Any, int]:
   return config, state.params, step
 
 
-def initial_state(rt) -> Any:
-  """``rt``'s fresh state with every parameter of ``plan`` loaded from the source run."""
-  p = plan(rt.config)
+def load_into(config: Config, fresh: Any) -> Any:
+  """``fresh`` (a TrainState) with every parameter of ``plan(config)`` loaded from the source."""
+  p = plan(config)
   _, source_params, step = load_params(p.source)
-  fresh = rt.init_state()
   source_flat = traverse_util.flatten_dict(source_params)
   flat = traverse_util.flatten_dict(fresh.params)
   for path in p.loaded:

@@ -29,6 +29,7 @@ def save_tiny_qwen3(directory: str, *, tied: bool = True, kv_heads: int = 2, voc
   return model
 
 
-def hf_logits(model: transformers.Qwen3ForCausalLM, tokens) -> "torch.Tensor":
+def hf_logits(model: transformers.Qwen3ForCausalLM, tokens):
+  """float32 numpy logits [B, T, V] of int tokens [B, T]."""
   with torch.no_grad():
     return model(torch.as_tensor(tokens, dtype=torch.long)).logits.numpy()
