@@ -62,7 +62,9 @@ def test_imported_run_records_mapped_settings(imported):
 
 
 def test_export_then_import_round_trips_bit_exactly(imported, tmp_path):
-  _, hf_dir, run = imported
+  import transformers
+
+  model, hf_dir, run = imported
   exported, again = str(tmp_path / "exported"), str(tmp_path / "again")
   qwen3.export_checkpoint(run, exported)
   original, written = load_file(os.path.join(hf_dir, "model.safetensors")), load_file(
@@ -74,14 +76,7 @@ def test_export_then_import_round_trips_bit_exactly(imported, tmp_path):
   _, first, _ = warm_start.load_params(run)
   _, second, _ = warm_start.load_params(again)
   chex.assert_trees_all_equal(first, second)
-
-
-def test_exported_checkpoint_loads_in_transformers(imported, tmp_path):
-  import transformers
-
-  model, _, run = imported
-  exported = str(tmp_path / "exported")
-  qwen3.export_checkpoint(run, exported)
+  # Other tools read the export: transformers loads it and computes identical logits.
   reloaded = transformers.Qwen3ForCausalLM.from_pretrained(exported).eval()
   tokens = np.random.default_rng(1).integers(0, 300, (1, 16))
   np.testing.assert_array_equal(hf_logits(reloaded, tokens), hf_logits(model, tokens))

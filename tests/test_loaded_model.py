@@ -12,6 +12,7 @@ from chunkformer.config import ConfigError, DataConfig
 from chunkformer.convert import qwen3
 from chunkformer.data import kv
 from chunkformer.evaluation import loaded_model, needle_sweep, sweep
+from chunkformer.evaluation import trained as trained_lib
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
 from tests.hf_qwen3 import save_tiny_qwen3
@@ -88,6 +89,9 @@ def test_sweep_runs_on_an_imported_model_and_writes_its_report(imported, tmp_pat
                       num_haystacks=2, depths=(0.0,), prefix_prompts=2, prefix_max=8,
                       slot_gain_rows=0, eval_batch_size=8, num_resamples=20,
                       num_permutations=20)
+  assert qwen3.read_record(imported)["tokenizer"] == "tokenizer.json"
+  trained = trained_lib.load(imported)
+  assert loaded_model.token_map(trained) is not None  # rows go through the tokenizer's ids
   outcome = sweep.run(config, str(tmp_path / "sweep"), command="test")
   with open(outcome.results_path) as f:
     (record,) = json.load(f)["variants"]

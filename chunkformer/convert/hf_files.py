@@ -102,13 +102,18 @@ def read_tensors(entries: dict[str, tuple[str, str, tuple[int, ...]]]) -> dict[s
   return out
 
 
-def write_checkpoint(directory: str, config: dict[str, Any],
-                     tensors: dict[str, np.ndarray]) -> None:
-  """Writes ``config.json`` and one ``model.safetensors``; refuses to replace existing ones."""
+def check_writable(directory: str) -> None:
+  """Refuses a directory that already holds a checkpoint (nothing is ever replaced)."""
   for name in (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE):
     if os.path.exists(os.path.join(directory, name)):
       raise CheckpointError(f"{os.path.join(directory, name)} exists; choose an empty output "
                             "directory (nothing was written)")
+
+
+def write_checkpoint(directory: str, config: dict[str, Any],
+                     tensors: dict[str, np.ndarray]) -> None:
+  """Writes ``config.json`` and one ``model.safetensors``; refuses to replace existing ones."""
+  check_writable(directory)
   os.makedirs(directory, exist_ok=True)
   weights = os.path.join(directory, WEIGHTS_FILE)
   save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, weights + ".tmp",

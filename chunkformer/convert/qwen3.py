@@ -328,6 +328,7 @@ def export_checkpoint(workdir: str, output_dir: str) -> dict[str, Any]:
   """Writes ``config.json`` + ``model.safetensors`` (float32) of the newest checkpoint."""
   config = workdir_lib.read_config(workdir)
   exportable(config.model)
+  hf_files.check_writable(output_dir)
   _, params, _ = warm_start.load_params(workdir)
   record = read_record(workdir) or {}
   hf = hf_config(config.model, record.get("hf_config"))
