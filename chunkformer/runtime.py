@@ -20,6 +20,7 @@ from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
 from chunkformer import warm_start
 from chunkformer.config import Config
+from chunkformer.convert import token_map as token_map_lib
 from chunkformer.model import Transformer
 
 
@@ -34,6 +35,8 @@ class Runtime:
   rules: sharding_lib.Rules  # logical axis rules fitted to this model and mesh
   batch_sharding: NamedSharding
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
+  # kv rows in the tokens of the pretrained model this run starts from (convert/token_map.py)
+  token_map: token_map_lib.TokenMap | None = None
 
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
@@ -50,6 +53,8 @@ class Runtime:
     index, count = self.row_block
     local = data_lib.make_batch(self.config.data, seed=self.config.seed, step=step, split=split,
                                 process_index=index, process_count=count)
+    if self.token_map is not None:
+      local = self.token_map.batch(local)
     return sharding_lib.global_batch(local, self.batch_sharding, self.config.data.batch_size)
 
   def init_state(self) -> state_lib.TrainState:
@@ -80,4 +85,5 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   sharding_lib.check_batch(config.data.batch_size, batch_sharding)
   row_block = sharding_lib.process_rows(batch_sharding,
                                         (config.data.batch_size, config.data.seq_len))
-  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block)
+  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
+                 token_map_lib.for_run("", config))

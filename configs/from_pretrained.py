@@ -9,9 +9,10 @@ The model is the source run's (``RUN/config.json``) and its weights start this r
 ``model.layer_pattern``: here layers 0, 2, ... become fixed M = 4 chunks with a 128-token
 window, layers 1, 3, ... stay full), added token shifts, and the dtype. Compressor weights are
 freshly initialised; with ``init.train_only_new_steps = N`` only they train for the first N
-steps. Data: the byte-level code corpus at the source's sequence length (the source's own
-tokenizer is used by the corpus pipeline where one is configured); schedule: short warmup,
-lr 3e-4 (a pretrained model wants a smaller step than from scratch).
+steps. Data: the source's (an import records the kv retrieval task at its --seq_len; when the
+source has a tokenizer the kv rows are spoken in its tokens, chunkformer/convert/token_map.py);
+for the byte-level code corpus add --config.data.task=code. Schedule: short warmup, lr 3e-4
+(a pretrained model wants a smaller step than from scratch).
 """
 
 import ml_collections
@@ -25,8 +26,9 @@ def get_config(source: str = "") -> ml_collections.ConfigDict:
     raise ValueError("name the run directory to start from: "
                      "--config configs/from_pretrained.py:RUN_DIR")
   recorded = workdir_lib.read_config(source)
-  values = cfg_lib.to_dict(cfg_lib.Config(model=recorded.model, mesh=recorded.mesh))
+  values = cfg_lib.to_dict(cfg_lib.Config(model=recorded.model, data=recorded.data,
+                                          mesh=recorded.mesh))
   values["init"].update(from_workdir=source)
-  values["data"].update(task="code", seq_len=recorded.data.seq_len, batch_size=8)
+  values["data"].update(batch_size=8)
   values["train"].update(steps=1000, learning_rate=3e-4, warmup_steps=50)
   return ml_collections.ConfigDict(values)

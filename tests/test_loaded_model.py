@@ -4,15 +4,21 @@ import json
 import os
 import string
 
+import jax
 import numpy as np
 import pytest
 import tokenizers
 
+from chunkformer import config as config_lib
+from chunkformer import data as data_lib
+from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.convert import qwen3
+from chunkformer.convert import token_map as token_map_lib
 from chunkformer.data import kv
 from chunkformer.evaluation import loaded_model, needle_sweep, sweep
 from chunkformer.evaluation import trained as trained_lib
+from configs import from_pretrained
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
 from tests.hf_qwen3 import save_tiny_qwen3
@@ -43,8 +49,8 @@ def test_token_map_is_one_to_one_on_the_kv_alphabet(tmp_path):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
   data = DataConfig()
-  mapping = loaded_model.TokenMap.build(loaded_model.load_tokenizer(path),
-                                        loaded_model.TokenStrings(), data, 300)
+  mapping = token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path),
+                                        token_map_lib.TokenStrings(), data, 300)
   ids = np.arange(1, kv.vocab_size(data))
   assert (mapping.to_model[ids] >= ID_BASE).all()
   assert len(set(mapping.to_model[ids].tolist())) == ids.size
@@ -54,23 +60,23 @@ def test_token_map_is_one_to_one_on_the_kv_alphabet(tmp_path):
 
 
 @pytest.mark.parametrize("strings, vocab, match", [
-    (loaded_model.TokenStrings(query="ab?"), 300, "query = 'ab\\?' is 2 tokens"),
-    (loaded_model.TokenStrings(query=" "), 300, "filler\\[0\\] are the same token"),
-    (loaded_model.TokenStrings(), 120, "outside the model's vocabulary of 120"),
-    (loaded_model.TokenStrings(symbols=("a", "b")), 300, "data.num_symbols"),
+    (token_map_lib.TokenStrings(query="ab?"), 300, "query = 'ab\\?' is 2 tokens"),
+    (token_map_lib.TokenStrings(query=" "), 300, "filler\\[0\\] are the same token"),
+    (token_map_lib.TokenStrings(), 120, "outside the model's vocabulary of 120"),
+    (token_map_lib.TokenStrings(symbols=("a", "b")), 300, "data.num_symbols"),
 ])
 def test_bad_token_strings_are_refused_by_name(tmp_path, strings, vocab, match):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
   with pytest.raises(ConfigError, match=match):
-    loaded_model.TokenMap.build(loaded_model.load_tokenizer(path), strings, DataConfig(), vocab)
+    token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path), strings, DataConfig(), vocab)
 
 
 def test_mapped_predictor_feeds_model_ids_and_returns_kv_ids(tmp_path):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
-  mapping = loaded_model.TokenMap.build(loaded_model.load_tokenizer(path),
-                                        loaded_model.TokenStrings(), DataConfig(), 300)
+  mapping = token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path),
+                                        token_map_lib.TokenStrings(), DataConfig(), 300)
   seen = {}
 
   def echo(rows):  # a "model" that predicts its own input token
@@ -91,7 +97,7 @@ def test_sweep_runs_on_an_imported_model_and_writes_its_report(imported, tmp_pat
                       num_permutations=20)
   assert qwen3.read_record(imported)["tokenizer"] == "tokenizer.json"
   trained = trained_lib.load(imported)
-  assert loaded_model.token_map(trained) is not None  # rows go through the tokenizer's ids
+  assert token_map_lib.for_run(imported, trained.config) is not None  # rows in its token ids
   outcome = sweep.run(config, str(tmp_path / "sweep"), command="test")
   with open(outcome.results_path) as f:
     (record,) = json.load(f)["variants"]
@@ -101,3 +107,14 @@ def test_sweep_runs_on_an_imported_model_and_writes_its_report(imported, tmp_pat
   assert len(record["prefix_probe"]["offsets"]) == 9
   with open(outcome.report_path) as f:
     assert "| qwen3" in f.read()
+
+
+def test_training_batches_of_a_run_from_a_tokenizer_model_are_mapped(imported):
+  config = config_lib.from_dict(from_pretrained.get_config(imported).to_dict())
+  rt = runtime_lib.build(config)
+  assert config.data.task == "kv" and rt.token_map is not None
+  raw = data_lib.make_batch(config.data, seed=config.seed, step=0, split="train")
+  batch = jax.device_get(rt.batch("train", 0))
+  np.testing.assert_array_equal(batch["inputs"], rt.token_map.to_model[raw["inputs"]])
+  np.testing.assert_array_equal(batch["targets"], rt.token_map.to_model[raw["targets"]])
+  np.testing.assert_array_equal(batch["loss_mask"], raw["loss_mask"])

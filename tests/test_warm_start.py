@@ -41,7 +41,7 @@ def continued_config(source: str, **model_changes) -> config_lib.Config:
   base = from_pretrained.get_config(source).to_dict()
   base["model"]["layer_pattern"] = "kind=fixed,chunk_size=4,window=8;"
   base["model"].update(model_changes)
-  base["data"].update(batch_size=4)
+  base["data"].update(task="code", batch_size=4)
   base["train"].update(steps=8, learning_rate=3e-3, warmup_steps=0, log_every=1, eval_every=100,
                        eval_batches=1, checkpoint_every=FREEZE, keep_checkpoints=3)
   base["init"]["train_only_new_steps"] = FREEZE

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -51,8 +50,8 @@ from chunkformer.config import (
 )
 from chunkformer.convert import hf_files
 from chunkformer.convert.hf_files import CheckpointError
+from chunkformer.convert.token_map import RECORD_FILE, read_record
 
-RECORD_FILE = "pretrained.json"
 MODEL_TYPE = "qwen3"
 _UNSUPPORTED_PRESENT = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                         "decoder_sparse_step", "mlp_only_layers")
@@ -313,15 +312,6 @@ def state_from_params(rt: runtime_lib.Runtime, params: Any) -> state_lib.TrainSt
     opt_state = jax.jit(rt.tx.init, out_shardings=shardings.opt_state)(placed)
   step = jax.device_put(np.zeros((), np.int32), shardings.step)
   return state_lib.TrainState(step=step, params=placed, opt_state=opt_state)
-
-
-def read_record(workdir: str) -> dict[str, Any] | None:
-  """``pretrained.json`` of an imported run directory, or None."""
-  path = os.path.join(workdir, RECORD_FILE)
-  if not os.path.isfile(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
 
 
 def export_checkpoint(workdir: str, output_dir: str) -> dict[str, Any]:
