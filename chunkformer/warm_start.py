@@ -11,6 +11,9 @@ shapes, before anything is written; a source parameter the new model would drop 
 ``init.train_only_new_steps = N``: the first N updates change only the new parameters (the
 loaded ones get zero gradient and zero update, so AdamW neither moves nor decays them and their
 moments stay zero), letting fresh compressors adapt to a pretrained model before it all trains.
+AdamW's step count runs on through the frozen steps, so the loaded weights' first updates after
+unfreezing get a bias correction near 1 on moments that start from zero: smaller first steps,
+a built-in warmup for the pretrained weights.
 """
 
 from __future__ import annotations

@@ -182,3 +182,20 @@ def test_sharded_checkpoint_imports_like_the_single_file(tiny_hf, tmp_path):
 def test_command_line_reports_error_without_traceback(tmp_path, capsys):
   with pytest.raises(SystemExit, match="error: .*config.json: missing"):
     qwen3.main(["--input", str(tmp_path), "--output", str(tmp_path / "run")])
+
+
+def test_bfloat16_checkpoint_imports_exactly_as_float32(tiny_hf, tmp_path):
+  import ml_dtypes
+
+  bf16 = str(tmp_path / "bf16")
+  os.makedirs(bf16)
+  shutil.copy(os.path.join(tiny_hf, "config.json"), bf16)
+  tensors = load_file(os.path.join(tiny_hf, "model.safetensors"))
+  save_file({k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()},
+            os.path.join(bf16, "model.safetensors"))
+  model = qwen3.model_config(hf_files.read_config(bf16))
+  found = qwen3.check_weights(bf16, model)
+  assert {dtype for _, dtype, _ in found.values()} == {"BF16"}
+  params = qwen3.params_from_hf(model, hf_files.read_tensors(found))
+  rounded = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) for k, v in tensors.items()}
+  chex.assert_trees_all_equal(params, qwen3.params_from_hf(model, rounded))
