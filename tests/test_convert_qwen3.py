@@ -179,6 +179,16 @@ def test_sharded_checkpoint_imports_like_the_single_file(tiny_hf, tmp_path):
   chex.assert_trees_all_equal(params, single)
 
 
+def test_tokenizer_larger_than_the_vocabulary_is_refused(tiny_hf, tmp_path):
+  import tokenizers
+
+  bad = _variant(tiny_hf, tmp_path)
+  vocab = {f"t{i}": i for i in range(400)}
+  tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0")).save(
+      os.path.join(bad, "tokenizer.json"))
+  _refused(bad, tmp_path, "tokenizer.json: 400 tokens exceed the model's vocab_size 300")
+
+
 def test_command_line_reports_error_without_traceback(tmp_path, capsys):
   with pytest.raises(SystemExit, match="error: .*config.json: missing"):
     qwen3.main(["--input", str(tmp_path), "--output", str(tmp_path / "run")])

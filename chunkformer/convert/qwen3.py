@@ -48,7 +48,7 @@ from chunkformer.config import (
   ModelConfig,
   TrainConfig,
 )
-from chunkformer.convert import hf_files
+from chunkformer.convert import hf_files, token_map
 from chunkformer.convert.hf_files import CheckpointError
 from chunkformer.convert.token_map import RECORD_FILE, read_record
 
@@ -261,6 +261,16 @@ def hf_config(model: ModelConfig, base: dict[str, Any] | None = None) -> dict[st
   return out
 
 
+def _check_tokenizer(path: str, vocab_size: int) -> None:
+  try:
+    tokenizer = token_map.load_tokenizer(path)
+  except Exception as e:  # noqa: BLE001 -- tokenizers raises bare Exception on a bad file
+    raise CheckpointError(f"{path}: not a usable tokenizer.json ({e})") from None
+  if tokenizer.vocab_size > vocab_size:
+    raise CheckpointError(f"{path}: {tokenizer.vocab_size} tokens exceed the model's "
+                          f"vocab_size {vocab_size}")
+
+
 def _sha256(path: str) -> str:
   with open(path, "rb") as f:
     return hashlib.sha256(f.read()).hexdigest()
@@ -280,6 +290,8 @@ def import_checkpoint(input_dir: str, output_dir: str, tokenizer: str | None = N
     tokenizer = candidate if os.path.isfile(candidate) else None
   elif not os.path.isfile(tokenizer):
     raise CheckpointError(f"--tokenizer {tokenizer!r}: no such file")
+  if tokenizer is not None:
+    _check_tokenizer(tokenizer, model.vocab_size)
   if os.path.isdir(output_dir) and os.listdir(output_dir):
     raise CheckpointError(f"--output {output_dir!r} is not empty; choose a new run directory "
                           "(nothing was written)")
@@ -289,17 +301,17 @@ def import_checkpoint(input_dir: str, output_dir: str, tokenizer: str | None = N
   rt = runtime_lib.build(config)
   state = state_from_params(rt, params)
   workdir_lib.prepare(output_dir, config)
-  checkpointer = checkpointing.Checkpointer(output_dir, config.train)
-  try:
-    checkpointer.save(0, state, force=True)
-  finally:
-    checkpointer.close()
   record = {"format": "huggingface-qwen3", "source": os.path.abspath(input_dir),
             "hf_config": hf, "tokenizer": None, "tokenizer_sha256": None}
   if tokenizer is not None:
     shutil.copyfile(tokenizer, os.path.join(output_dir, hf_files.TOKENIZER_FILE))
     record.update(tokenizer=hf_files.TOKENIZER_FILE, tokenizer_sha256=_sha256(tokenizer))
   workdir_lib.write_json(output_dir, RECORD_FILE, record)
+  checkpointer = checkpointing.Checkpointer(output_dir, config.train)
+  try:
+    checkpointer.save(0, state, force=True)
+  finally:
+    checkpointer.close()
   return config
 
 
