@@ -181,7 +181,10 @@ class ModelConfig:
   rope_fraction: float = 1.0  # fraction of head_dim that rotates (partial rotary)
   rope_base: float = 10000.0
   qk_norm: bool = True  # RMSNorm per head on queries and keys (Qwen3)
+  norm_eps: float = 1e-6  # epsilon of the block, final and QK RMSNorms (Qwen3's rms_norm_eps)
   tie_embeddings: bool = True
+  scale_tied_logits: bool = True  # tied head: logits / sqrt(d_model) (unit-scale embeddings);
+  # False = plain x E^T, as Hugging Face Qwen3 (set by chunkformer/convert/qwen3.py)
   key_shift: int = 0  # width of a causal conv mixing x_{t-w+1..t} into keys; 0 = off
   value_shift: bool = False  # apply the same token shift to values
   dtype: str = "float32"  # activation dtype
@@ -215,6 +218,7 @@ class ModelConfig:
     )
     _require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
     _require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
+    _require(self.norm_eps > 0, "model.norm_eps", f"must be > 0, got {self.norm_eps}")
     _one_of(self.dtype, DTYPES, "model.dtype")
     for i, layer in enumerate(self.layers):
       layer.validate(f"model.attention[layer {i}]", self.num_kv_heads, self.head_dim,
@@ -360,17 +364,33 @@ class MeshConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class InitConfig:
+  """Where a fresh run's parameters come from (chunkformer/warm_start.py)."""
+
+  from_workdir: str = ""  # run directory (e.g. an imported Qwen3) whose newest checkpoint's
+  # params start this run; weights the new config adds (compressors) are freshly initialised
+  train_only_new_steps: int = 0  # the first N updates train only the newly initialised weights
+
+  def validate(self) -> None:
+    _require(self.train_only_new_steps >= 0, "init.train_only_new_steps", "must be >= 0")
+    _require(bool(self.from_workdir) or not self.train_only_new_steps,
+             "init.train_only_new_steps", "needs init.from_workdir (no weights are new otherwise)")
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
   seed: int = 0
   model: ModelConfig = ModelConfig()
   data: DataConfig = DataConfig()
   train: TrainConfig = TrainConfig()
   mesh: MeshConfig = MeshConfig()
+  init: InitConfig = InitConfig()
 
   def validate(self) -> Config:
     self.model.validate()
     self.data.validate()
     self.train.validate()
+    self.init.validate()
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
     for i, layer in enumerate(self.model.layers):

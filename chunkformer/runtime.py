@@ -18,7 +18,9 @@ from jax.sharding import Mesh, NamedSharding
 from chunkformer import data as data_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
+from chunkformer import warm_start
 from chunkformer.config import Config
+from chunkformer.convert import token_map as token_map_lib
 from chunkformer.model import Transformer
 
 
@@ -33,6 +35,8 @@ class Runtime:
   rules: sharding_lib.Rules  # logical axis rules fitted to this model and mesh
   batch_sharding: NamedSharding
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
+  # kv rows in the tokens of the pretrained model this run starts from (convert/token_map.py)
+  token_map: token_map_lib.TokenMap | None = None
 
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
@@ -49,9 +53,18 @@ class Runtime:
     index, count = self.row_block
     local = data_lib.make_batch(self.config.data, seed=self.config.seed, step=step, split=split,
                                 process_index=index, process_count=count)
+    if self.token_map is not None:
+      local = self.token_map.batch(local)
     return sharding_lib.global_batch(local, self.batch_sharding, self.config.data.batch_size)
 
   def init_state(self) -> state_lib.TrainState:
+    """Step 0: fresh parameters, or those of ``init.from_workdir`` where it has them."""
+    state = self.fresh_state()
+    if self.config.init.from_workdir:
+      state = warm_start.load_into(self.config, state)
+    return state
+
+  def fresh_state(self) -> state_lib.TrainState:
     rng = jax.random.fold_in(jax.random.key(self.config.seed), 0)
     return state_lib.create(self.model, self.tx, self.config, self.mesh, self.state_shardings,
                             rng)
@@ -66,10 +79,11 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   config.validate()
   mesh = sharding_lib.make_mesh(config.mesh, devices)
   model = Transformer(config.model)
-  tx = state_lib.make_optimizer(config.train)
+  tx = warm_start.optimizer(config, state_lib.make_optimizer(config.train))
   abstract, shardings, rules = state_lib.abstract_state(model, tx, config, mesh)
   batch_sharding = sharding_lib.batch_sharding(mesh, rules)
   sharding_lib.check_batch(config.data.batch_size, batch_sharding)
   row_block = sharding_lib.process_rows(batch_sharding,
                                         (config.data.batch_size, config.data.seq_len))
-  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block)
+  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
+                 token_map_lib.for_run("", config))

@@ -20,7 +20,7 @@ import optax
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from chunkformer import checkpointing, evaluate, objective
+from chunkformer import checkpointing, evaluate, objective, warm_start
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -154,6 +154,8 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   """
   workdir_lib.require_directory(workdir)  # before building anything
   rt = runtime_lib.build(config, devices)
+  if config.init.from_workdir:  # refuses a mismatched source before the workdir is claimed
+    warm_start.plan(config)
   workdir_lib.prepare(workdir, config, overwrite)
   checkpointer = checkpointing.Checkpointer(workdir, config.train)
   restored = checkpointer.restore_latest(rt.abstract_state)

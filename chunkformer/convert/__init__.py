@@ -1,0 +1,1 @@
+"""Checkpoint converters between chunkformer run directories and other formats."""
