@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -33,6 +34,7 @@ class Runtime:
   rules: sharding_lib.Rules  # logical axis rules fitted to this model and mesh
   batch_sharding: NamedSharding
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
+  feed: Any = None  # data.feed.CorpusFeed for task "corpus" (stateful); None: batches by step
 
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
@@ -47,6 +49,9 @@ class Runtime:
   def batch(self, split: str, step: int) -> dict[str, jax.Array]:
     """Global batch ``step`` of ``split`` as sharded arrays; this process computes its rows."""
     index, count = self.row_block
+    if self.feed is not None:
+      return sharding_lib.global_batch(self.feed.batch(split, step), self.batch_sharding,
+                                       self.config.data.batch_size)
     local = data_lib.make_batch(self.config.data, seed=self.config.seed, step=step, split=split,
                                 process_index=index, process_count=count)
     return sharding_lib.global_batch(local, self.batch_sharding, self.config.data.batch_size)
@@ -72,4 +77,14 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   sharding_lib.check_batch(config.data.batch_size, batch_sharding)
   row_block = sharding_lib.process_rows(batch_sharding,
                                         (config.data.batch_size, config.data.seq_len))
-  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block)
+  feed = None
+  if config.data.task == "corpus":
+    from chunkformer.data import feed as feed_lib  # lazy: grain only for task corpus
+
+    d = config.data
+    feed = feed_lib.CorpusFeed(
+        feed_lib.open_for(d.path, d.tokenizer, d.heldout_fraction), seq_len=d.seq_len,
+        rows=d.batch_size // row_block[1], seed=config.seed, shard_index=row_block[0],
+        shard_count=row_block[1], read_threads=d.read_threads)
+  return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
+                 feed)

@@ -154,8 +154,8 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   """
   rt = runtime_lib.build(config, devices)
   workdir_lib.prepare(workdir, config, overwrite)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train)
-  restored = checkpointer.restore_latest(rt.abstract_state)
+  checkpointer = checkpointing.Checkpointer(workdir, config.train, with_data=rt.feed is not None)
+  restored = checkpointer.restore_latest(rt.abstract_state, data=rt.feed)
   if restored is None:
     state, start = rt.init_state(), 0
   else:
@@ -188,7 +188,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
         if watch.reached(step):
           flush()
           if checkpointer.manager.latest_step() != step:  # not already saved by the interval
-            checkpointer.save(step, state, force=True)
+            checkpointer.save(step, state, force=True, data=rt.feed)
           checkpointer.wait()
           logging.warning("preempted: checkpoint saved at step %d in %s", step,
                           checkpointer.directory)
@@ -199,7 +199,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
         done = step + 1
         if done == total or checkpointer.manager.should_save(done):
           flush()
-          checkpointer.save(done, state, force=done == total)
+          checkpointer.save(done, state, force=done == total, data=rt.feed)
         if done % config.train.eval_every == 0 and done != total:
           flush()
           began = time.perf_counter()
@@ -216,3 +216,5 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
     watch.close()
     logger.close()
     checkpointer.close()
+    if rt.feed is not None:
+      rt.feed.close()
