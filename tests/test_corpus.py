@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -229,3 +232,32 @@ def test_two_processes_read_disjoint_halves(dataset):
 
   first, second = documents_seen(0), documents_seen(1)
   assert first and second and not first & second
+
+
+def test_two_jax_processes_each_feed_a_disjoint_half_of_the_global_batch(dataset, tmp_path):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  procs = []
+  for pid in range(2):
+    env = dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               CHUNKFORMER_COORDINATOR=f"127.0.0.1:{port}", CHUNKFORMER_NUM_PROCESSES="2",
+               CHUNKFORMER_PROCESS_ID=str(pid))
+    cmd = [sys.executable, os.path.join(root, "tests", "corpus_process_worker.py"), "--path",
+           dataset.directory, "--out", str(tmp_path / f"rows_{pid}.json")]
+    procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True))
+  outs = [json.load(open(tmp_path / f"rows_{pid}.json")) if p.wait(timeout=300) == 0
+          else pytest.fail(p.stdout.read()[-3000:]) for pid, p in enumerate(procs)]
+  seen = []
+  for pid, out in enumerate(outs):
+    assert out["row_block"] == [pid, 2] and out["global_shape"] == [4, 32]
+    names = set()
+    for batch in out["rows"]:
+      assert np.asarray(batch).shape == (2, 32)  # half of the global batch of 4 rows
+      for row in np.asarray(batch):
+        names |= set(re.findall(r"doc\d{3};", bytes(row[row < 256].astype(np.uint8)).decode()))
+    seen.append(names)
+  assert seen[0] and seen[1] and not seen[0] & seen[1]
