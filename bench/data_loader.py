@@ -42,7 +42,8 @@ def _feed(config: config_lib.Config) -> feed_lib.CorpusFeed:
   d = config.data
   return feed_lib.CorpusFeed(feed_lib.open_for(d.path, d.tokenizer, d.heldout_fraction),
                              seq_len=d.seq_len, rows=d.batch_size, seed=config.seed,
-                             shard_index=0, shard_count=1, read_threads=d.read_threads)
+                             shard_index=0, shard_count=1, read_threads=d.read_threads,
+                             needles=d.code_needles, near_distance=d.near_distance)
 
 
 def main() -> None:

@@ -272,7 +272,7 @@ class DataConfig:
   num_filler: int = 4  # distinct filler tokens in the kv haystack
   near_distance: int = 64  # a needle within this many tokens of its query counts as near
   # Code corpus.
-  code_needles: int = 0  # key-value needles planted into each code row
+  code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
   # Ingested corpus (task "corpus", chunkformer/data/corpus.py).
   path: str = ""  # directory written by chunkformer.data.ingest, or "builtin:stdlib"

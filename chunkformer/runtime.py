@@ -85,6 +85,7 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
     feed = feed_lib.CorpusFeed(
         feed_lib.open_for(d.path, d.tokenizer, d.heldout_fraction), seq_len=d.seq_len,
         rows=d.batch_size // row_block[1], seed=config.seed, shard_index=row_block[0],
-        shard_count=row_block[1], read_threads=d.read_threads)
+        shard_count=row_block[1], read_threads=d.read_threads, needles=d.code_needles,
+        near_distance=d.near_distance)
   return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
                  feed)

@@ -261,3 +261,26 @@ def test_two_jax_processes_each_feed_a_disjoint_half_of_the_global_batch(dataset
         names |= set(re.findall(r"doc\d{3};", bytes(row[row < 256].astype(np.uint8)).decode()))
     seen.append(names)
   assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+def test_needle_transform_plants_answerable_needles_in_one_document(dataset):
+  from chunkformer.data import code, code_needles  # noqa: PLC0415
+
+  k, seq_len = 2, 96
+  first = _take(dataset, 3, seq_len=seq_len, needles=k, near_distance=30)
+  again = _take(dataset, 3, seq_len=seq_len, needles=k, near_distance=30)
+  for batch, same in zip(first, again, strict=True):
+    np.testing.assert_array_equal(batch["inputs"], same["inputs"])  # seeded random map
+    assert (batch["segment_ids"] == 0).all()  # one document: every query sees every needle
+    for r in range(batch["inputs"].shape[0]):
+      tokens = np.append(batch["inputs"][r], batch["targets"][r, -1])
+      assert code.BOS not in tokens[1:]  # documents joined by FILE_SEP
+      queries = np.flatnonzero(tokens == code.QUERY)
+      assert len(queries) == k
+      code_part = bytes(tokens[:queries[0]][tokens[:queries[0]] < 256].astype(np.uint8))
+      for q in queries:
+        line = bytes(tokens[q + 1:q + 1 + code_needles.NEEDLE_LEN].astype(np.uint8))
+        assert line.startswith(b"KEY_") and line in code_part  # the answer is in the code
+        answer = slice(q + code_needles.PROMPT_LEN, q + code_needles.PROMPT_LEN + 4)
+        assert (batch["near_mask"][r, answer] + batch["far_mask"][r, answer] == 1).all()
+      assert (batch["near_mask"][r] + batch["far_mask"][r]).sum() == 4 * k

@@ -76,10 +76,8 @@ def check_config(config: DataConfig) -> None:
     if not config.path:
       raise ConfigError("config field 'data.path': task 'corpus' needs an ingested directory "
                         "or 'builtin:stdlib'")
-    if config.code_needles:
-      raise ConfigError("config field 'data.code_needles': needles are planted by task 'code'")
     _corpus_vocab_size(config.path, config.tokenizer)
-  elif config.code_needles:
+  if config.task != "kv" and config.code_needles:
     need = code_needles.min_seq_len(config)
     if config.seq_len < need:
       raise ConfigError(
@@ -143,4 +141,5 @@ def _heldout_feed(config: DataConfig, seed: int, process_index: int, process_cou
   return feed.CorpusFeed(
       feed.open_for(config.path, config.tokenizer, config.heldout_fraction),
       seq_len=config.seq_len, rows=config.batch_size // process_count, seed=seed,
-      shard_index=process_index, shard_count=process_count, read_threads=config.read_threads)
+      shard_index=process_index, shard_count=process_count, read_threads=config.read_threads,
+      needles=config.code_needles, near_distance=config.near_distance)

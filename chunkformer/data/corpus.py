@@ -15,6 +15,12 @@ attention, chunk pools and the loss never cross a document (the attention kinds 
 segment id; a chunk of the fixed kind that straddles a document start pools only the new
 document's tokens, and the dynamic kind's boundaries always open a chunk at a document start).
 
+Needles (``needles > 0``, byte tokenizer): the planted-needle code task as a transform of this
+pipeline. Documents are packed into code streams of ``code_needles.stream_len`` tokens with
+FILE_SEP in place of each BOS, and a seeded random map (Grain's, so its rng is part of the
+iterator state) plants the needle lines and appends the queries with ``code_needles.plant``:
+each row is then ONE document carrying ``near_mask``/``far_mask``, as in task "code".
+
 Batches carry the contract of chunkformer/data/__init__.py plus ``target_bytes`` (float32, the
 UTF-8 bytes of each scored target, 0 where unscored), from which held-out loss converts to bits
 per byte comparably across tokenizers.
@@ -36,7 +42,7 @@ import grain
 import numpy as np
 from grain.experimental import ConcatThenSplitIterDataset, ThreadPrefetchIterDataset
 
-from chunkformer.data import ingest
+from chunkformer.data import code, code_needles, ingest
 from chunkformer.data import tokenizer as tokenizer_lib
 
 PREFETCH_BATCHES = 4  # batches the background thread keeps ready
@@ -103,14 +109,29 @@ def to_row(packed: dict[str, np.ndarray], token_bytes: np.ndarray) -> dict[str, 
   }
 
 
+def needle_row(packed: dict[str, np.ndarray], rng: np.random.Generator, token_bytes: np.ndarray,
+               *, seq_len: int, needles: int, near_distance: int) -> dict[str, np.ndarray]:
+  """A packed code stream (documents start with BOS) -> a needle row (+ target_bytes)."""
+  stream = np.where(packed["tokens"] == code.BOS, code.FILE_SEP, packed["tokens"])
+  row = code_needles.plant(rng, stream.astype(np.int32), seq_len=seq_len, needles=needles,
+                           near_distance=near_distance)
+  row["target_bytes"] = token_bytes[row["targets"]] * row["loss_mask"]
+  return row
+
+
 def pipeline(dataset: Dataset, split: str, *, seq_len: int, rows: int, seed: int,
-             shard_index: int = 0, shard_count: int = 1,
-             read_threads: int = 2) -> grain.IterDataset:
+             shard_index: int = 0, shard_count: int = 1, read_threads: int = 2,
+             needles: int = 0, near_distance: int = 0) -> grain.IterDataset:
   """Endless [rows, seq_len] batches of ``split`` for process ``shard_index`` of ``shard_count``.
 
   ``read_threads`` threads read and decode documents; packing and batching run in one
-  background thread (``PREFETCH_BATCHES`` ahead). Same arguments, same batches.
+  background thread (``PREFETCH_BATCHES`` ahead). Same arguments, same batches. ``needles``
+  plants that many needles per row (byte-level shards only; see the module docstring).
   """
+  if needles and dataset.tokenizer.bos_id != code.BOS:
+    raise ingest.IngestError(
+        f"dataset {dataset.directory!r}: needles are planted into byte-level shards (tokenizer "
+        f"'bytes'), not {dataset.tokenizer.name!r}")
   docs = documents(dataset, split)
   if len(docs) < shard_count:
     raise ingest.IngestError(
@@ -120,10 +141,18 @@ def pipeline(dataset: Dataset, split: str, *, seq_len: int, rows: int, seed: int
   if split == "train":
     docs = docs.shuffle(seed)  # repeat() below reseeds it for every epoch
   docs = docs.repeat()
+  length = code_needles.stream_len(seq_len, needles) if needles else seq_len + 1
   packed = ConcatThenSplitIterDataset(
       docs.to_iter_dataset(grain.ReadOptions(num_threads=read_threads,
                                              prefetch_buffer_size=READ_BUFFER)),
-      length_struct={"tokens": seq_len + 1})
+      length_struct={"tokens": length})
   token_bytes = dataset.token_bytes
-  batches = packed.map(lambda p: to_row(p, token_bytes)).batch(rows, drop_remainder=True)
+  if needles:
+    split_seed = seed * 2 + (split == "heldout")  # the splits' needles are independent
+    made = packed.random_map(
+        lambda p, rng: needle_row(p, rng, token_bytes, seq_len=seq_len, needles=needles,
+                                  near_distance=near_distance), seed=split_seed)
+  else:
+    made = packed.map(lambda p: to_row(p, token_bytes))
+  batches = made.batch(rows, drop_remainder=True)
   return ThreadPrefetchIterDataset(batches, prefetch_buffer_size=PREFETCH_BATCHES)

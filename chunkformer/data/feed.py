@@ -39,11 +39,16 @@ class CorpusFeed:
   """This process's rows of the corpus batches (see module docstring)."""
 
   def __init__(self, dataset: corpus.Dataset, *, seq_len: int, rows: int, seed: int,
-               shard_index: int, shard_count: int, read_threads: int):
+               shard_index: int, shard_count: int, read_threads: int, needles: int = 0,
+               near_distance: int = 0):
     self.dataset = dataset
     kwargs = dict(seq_len=seq_len, rows=rows, seed=seed, shard_index=shard_index,
-                  shard_count=shard_count, read_threads=read_threads)
-    self._pipelines = {s: corpus.pipeline(dataset, s, **kwargs) for s in ("train", "heldout")}
+                  shard_count=shard_count, read_threads=read_threads, needles=needles,
+                  near_distance=near_distance)
+    try:
+      self._pipelines = {s: corpus.pipeline(dataset, s, **kwargs) for s in ("train", "heldout")}
+    except ingest.IngestError as e:
+      raise ConfigError(f"config field 'data.code_needles': {e}") from e
     self.train_iterator = iter(self._pipelines["train"])
     self.next_step = 0
     self._heldout: list[dict[str, np.ndarray]] = []
