@@ -49,10 +49,17 @@ class CorpusFeed:
       self._pipelines = {s: corpus.pipeline(dataset, s, **kwargs) for s in ("train", "heldout")}
     except ingest.IngestError as e:
       raise ConfigError(f"config field 'data.code_needles': {e}") from e
-    self.train_iterator = iter(self._pipelines["train"])
+    self._train_iterator = None
     self.next_step = 0
     self._heldout: list[dict[str, np.ndarray]] = []
     self._heldout_iterator = None
+
+  @property
+  def train_iterator(self):
+    """The training iterator (made on first use: evaluation alone never reads the train split)."""
+    if self._train_iterator is None:
+      self._train_iterator = iter(self._pipelines["train"])
+    return self._train_iterator
 
   def batch(self, split: str, step: int) -> dict[str, np.ndarray]:
     if split == "train":
@@ -83,6 +90,6 @@ class CorpusFeed:
     self.next_step = step
 
   def close(self) -> None:
-    for it in (self.train_iterator, self._heldout_iterator):
+    for it in (self._train_iterator, self._heldout_iterator):
       if it is not None and hasattr(it, "close"):
         it.close()
