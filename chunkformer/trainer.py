@@ -4,7 +4,7 @@ The device never waits on the host: step ``s`` is dispatched before the metrics 
 ``s - 1`` are fetched, and the host syncs only to log, evaluate, and before a checkpoint
 (whose state must follow a finite loss). Rerunning the same command resumes from the newest
 checkpoint and reproduces the uninterrupted run, because batches and the per-step rng are
-functions of the step.
+functions of the step (task "corpus": the Grain iterator's state is saved in the checkpoint).
 """
 
 from __future__ import annotations
