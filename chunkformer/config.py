@@ -25,7 +25,7 @@ POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
 BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
 ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
-TASKS = ("kv", "code")
+TASKS = ("kv", "code", "corpus")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -265,7 +265,7 @@ def _resolve_layer_pattern(
 class DataConfig:
   """Offline, deterministic data. Lengths in tokens."""
 
-  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes)
+  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes) | corpus (shards)
   seq_len: int = 256  # T tokens per row
   batch_size: int = 32  # global rows per step (split over processes)
   # Key-value retrieval.
@@ -277,8 +277,12 @@ class DataConfig:
   num_filler: int = 4  # distinct filler tokens in the kv haystack
   near_distance: int = 64  # a needle within this many tokens of its query counts as near
   # Code corpus.
-  code_needles: int = 0  # key-value needles planted into each code row
+  code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
+  # Ingested corpus (task "corpus", chunkformer/data/corpus.py).
+  path: str = ""  # directory written by chunkformer.data.ingest, or "builtin:stdlib"
+  tokenizer: str = ""  # must hash like the shards' ("" = theirs); builtin: "bytes" | "bpe:N"
+  read_threads: int = 2  # Grain threads reading and decoding documents
 
   def validate(self) -> None:
     _one_of(self.task, TASKS, "data.task")
@@ -290,6 +294,7 @@ class DataConfig:
     _require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
     _require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
     _require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
+    _require(self.read_threads >= 0, "data.read_threads", "must be >= 0")
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
     data.check_config(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -37,6 +38,7 @@ class Runtime:
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
   # kv rows in the tokens of the pretrained model this run starts from (convert/token_map.py)
   token_map: token_map_lib.TokenMap | None = None
+  feed: Any = None  # data.feed.CorpusFeed for task "corpus" (stateful); None: batches by step
 
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
@@ -51,6 +53,9 @@ class Runtime:
   def batch(self, split: str, step: int) -> dict[str, jax.Array]:
     """Global batch ``step`` of ``split`` as sharded arrays; this process computes its rows."""
     index, count = self.row_block
+    if self.feed is not None:
+      return sharding_lib.global_batch(self.feed.batch(split, step), self.batch_sharding,
+                                       self.config.data.batch_size)
     local = data_lib.make_batch(self.config.data, seed=self.config.seed, step=step, split=split,
                                 process_index=index, process_count=count)
     if self.token_map is not None:
@@ -85,5 +90,15 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   sharding_lib.check_batch(config.data.batch_size, batch_sharding)
   row_block = sharding_lib.process_rows(batch_sharding,
                                         (config.data.batch_size, config.data.seq_len))
+  feed = None
+  if config.data.task == "corpus":
+    from chunkformer.data import feed as feed_lib  # lazy: grain only for task corpus
+
+    d = config.data
+    feed = feed_lib.CorpusFeed(
+        feed_lib.open_for(d.path, d.tokenizer, d.heldout_fraction), seq_len=d.seq_len,
+        rows=d.batch_size // row_block[1], seed=config.seed, shard_index=row_block[0],
+        shard_count=row_block[1], read_threads=d.read_threads, needles=d.code_needles,
+        near_distance=d.near_distance)
   return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
-                 token_map_lib.for_run("", config))
+                 token_map=token_map_lib.for_run("", config), feed=feed)
