@@ -11,7 +11,14 @@ window, layers 1, 3, ... stay full), added token shifts, and the dtype. Compress
 freshly initialised; with ``init.train_only_new_steps = N`` only they train for the first N
 steps. Data: the source's (an import records the kv retrieval task at its --seq_len; when the
 source has a tokenizer the kv rows are spoken in its tokens, chunkformer/convert/token_map.py);
-for the byte-level code corpus add --config.data.task=code. Schedule: short warmup, lr 3e-4
+for the byte-level code corpus add --config.data.task=code; for a real corpus in the model's
+own tokens, ingest it with the imported tokenizer and train on the shards:
+
+  python -m chunkformer.data.ingest --input 'TEXT_GLOB' --tokenizer RUN_DIR/tokenizer.json \
+      --output SHARDS
+  ... --config.data.task=corpus --config.data.path=SHARDS
+
+Schedule: short warmup, lr 3e-4
 (a pretrained model wants a smaller step than from scratch).
 """
 

@@ -11,8 +11,7 @@ batches of a run started from such a model (``init.from_workdir``) are mapped th
 (``Runtime.batch``), and so are the sweeps' rows (``evaluation/loaded_model.py``). Only the kv
 task is mapped: other tasks feed their own ids, as they did in training.
 
-Tokenizer loading is one function, ``load_tokenizer``: the shared interface
-``chunkformer.data.tokenizer.load`` when present, else ``tokenizers.Tokenizer`` directly.
+Tokenizers load through ``chunkformer.data.tokenizer`` (the corpus pipeline's loader).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import numpy as np
 
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, DataConfig
+from chunkformer.data import tokenizer as tokenizer_lib
 
 RECORD_FILE = "pretrained.json"  # written by chunkformer/convert/qwen3.py
 
@@ -43,26 +43,9 @@ class TokenStrings:
   symbols: tuple[str, ...] = _SYMBOLS
 
 
-def load_tokenizer(path: str):
-  """A tokenizer with ``encode(text) -> list[int]`` and ``vocab_size``."""
-  try:
-    from chunkformer.data import tokenizer as tokenizer_lib  # the shared interface (data branch)
-  except ImportError:
-    tokenizer_lib = None
-  if tokenizer_lib is not None:
-    return tokenizer_lib.load(path)
-  import tokenizers
-
-  backend = tokenizers.Tokenizer.from_file(path)
-
-  @dataclasses.dataclass(frozen=True)
-  class _Plain:
-    vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text: str) -> list[int]:
-      return backend.encode(text, add_special_tokens=False).ids
-
-  return _Plain()
+def load_tokenizer(path: str) -> tokenizer_lib.Tokenizer:
+  """The tokenizer at ``path`` (``tokenizer.json``), through the data pipeline's loader."""
+  return tokenizer_lib.load(path)
 
 
 @dataclasses.dataclass(frozen=True)
