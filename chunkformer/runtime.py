@@ -16,11 +16,12 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from chunkformer import checkpointing, warm_start
 from chunkformer import data as data_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
-from chunkformer import warm_start
-from chunkformer.config import Config
+from chunkformer import workdir as workdir_lib
+from chunkformer.config import Config, ConfigError
 from chunkformer.convert import token_map as token_map_lib
 from chunkformer.model import Transformer
 
@@ -66,7 +67,8 @@ class Runtime:
     """Step 0: fresh parameters, or those of ``init.from_workdir`` where it has them."""
     state = self.fresh_state()
     if self.config.init.from_workdir:
-      state = warm_start.load_into(self.config, state)
+      _, _, params, step = restore_newest(self.config.init.from_workdir)
+      state = warm_start.load_into(self.config, state, params, step)
     return state
 
   def fresh_state(self) -> state_lib.TrainState:
@@ -102,3 +104,15 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
         near_distance=d.near_distance)
   return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
                  token_map=token_map_lib.for_run("", config), feed=feed)
+
+
+def restore_newest(workdir: str) -> tuple[Config, Runtime, Any, int]:
+  """``(config, runtime, params, step)`` of the newest checkpoint of ``workdir`` that restores,
+  read only, under the run's recorded config; ConfigError naming the directory if none does."""
+  config = workdir_lib.read_config(workdir)
+  rt = build(config)
+  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
+  if restored is None:
+    raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
+  state, step = restored
+  return config, rt, state.params, step

@@ -86,24 +86,10 @@ def plan(config: Config) -> Plan:
   return Plan(source, frozenset(have.keys() & want.keys()), frozenset(want.keys() - have.keys()))
 
 
-def load_params(workdir: str) -> tuple[Config, Any, int]:
-  """(config, params, step) of the newest checkpoint in ``workdir`` that restores (read only)."""
-  from chunkformer import checkpointing  # lazy: runtime imports this module
-  from chunkformer import runtime as runtime_lib
-
-  config = workdir_lib.read_config(workdir)
-  rt = runtime_lib.build(config)
-  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
-  if restored is None:
-    raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
-  state, step = restored
-  return config, state.params, step
-
-
-def load_into(config: Config, fresh: Any) -> Any:
-  """``fresh`` (a TrainState) with every parameter of ``plan(config)`` loaded from the source."""
+def load_into(config: Config, fresh: Any, source_params: Any, step: int) -> Any:
+  """``fresh`` (a TrainState) with every parameter of ``plan(config)`` taken from
+  ``source_params`` (the source run's step-``step`` parameters, ``runtime.restore_newest``)."""
   p = plan(config)
-  _, source_params, step = load_params(p.source)
   source_flat = traverse_util.flatten_dict(source_params)
   flat = traverse_util.flatten_dict(fresh.params)
   for path in p.loaded:

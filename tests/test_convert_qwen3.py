@@ -34,7 +34,7 @@ def imported(request, tmp_path_factory):
 
 
 def _logits(run: str, tokens: np.ndarray) -> np.ndarray:
-  config, params, _ = warm_start.load_params(run)
+  config, _, params, _ = runtime_lib.restore_newest(run)
   rt = runtime_lib.build(config)
   with rt.context():
     return np.asarray(rt.model.apply({"params": params}, tokens))
@@ -73,8 +73,8 @@ def test_export_then_import_round_trips_bit_exactly(imported, tmp_path):
   for name, value in original.items():
     np.testing.assert_array_equal(written[name], value, err_msg=name)
   qwen3.import_checkpoint(exported, again, seq_len=SEQ_LEN)
-  _, first, _ = warm_start.load_params(run)
-  _, second, _ = warm_start.load_params(again)
+  _, _, first, _ = runtime_lib.restore_newest(run)
+  _, _, second, _ = runtime_lib.restore_newest(again)
   chex.assert_trees_all_equal(first, second)
   # Other tools read the export: transformers loads it and computes identical logits.
   reloaded = transformers.Qwen3ForCausalLM.from_pretrained(exported).eval()

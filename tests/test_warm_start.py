@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+from chunkformer import checkpointing, trainer, warm_start
 from chunkformer import config as config_lib
-from chunkformer import trainer, warm_start
+from chunkformer import runtime as runtime_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.convert import qwen3
@@ -49,9 +50,6 @@ def continued_config(source: str, **model_changes) -> config_lib.Config:
 
 
 def _params_at(workdir: str, config, step: int):
-  from chunkformer import checkpointing
-  from chunkformer import runtime as runtime_lib
-
   rt = runtime_lib.build(config)
   checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
   try:
@@ -86,7 +84,7 @@ def test_continued_training_loss_is_finite_and_falls(continued):
 
 def test_loaded_weights_frozen_while_only_new_ones_train(continued, source):
   config, workdir, _ = continued
-  _, original, _ = warm_start.load_params(source)
+  _, _, original, _ = runtime_lib.restore_newest(source)
   plan = warm_start.plan(config)
   frozen = traverse_util.flatten_dict(_params_at(workdir, config, FREEZE))
   final = traverse_util.flatten_dict(_params_at(workdir, config, config.train.steps))
@@ -100,8 +98,6 @@ def test_loaded_weights_frozen_while_only_new_ones_train(continued, source):
 
 def _fresh_new_params(config):
   """The same model's fresh initialisation (the warm start keeps it for the new weights)."""
-  from chunkformer import runtime as runtime_lib
-
   return runtime_lib.build(config).fresh_state().params
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from chunkformer import checkpointing, warm_start
+from chunkformer import checkpointing
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -331,7 +331,7 @@ def export_checkpoint(workdir: str, output_dir: str) -> dict[str, Any]:
   config = workdir_lib.read_config(workdir)
   exportable(config.model)
   hf_files.check_writable(output_dir)
-  _, params, _ = warm_start.load_params(workdir)
+  _, _, params, _ = runtime_lib.restore_newest(workdir)
   record = read_record(workdir) or {}
   hf = hf_config(config.model, record.get("hf_config"))
   hf_files.write_checkpoint(output_dir, hf, hf_from_params(config.model, params))
