@@ -5,6 +5,12 @@ and, because batches and the per-step rng are functions of the step, reproduces 
 uninterrupted run exactly. Orbax writes each save into a temporary directory and renames it
 when complete, so a process killed mid-save leaves the previous checkpoints intact; leftover
 temporary directories are removed when the manager opens.
+
+A checkpoint holds the TrainState as Orbax's single item (``default``). Runs on task "corpus"
+(``Checkpointer(..., with_data=True)``) add the items ``data`` (the training iterator's Grain
+state, written by ``grain.checkpoint``, one JSON file per process) and ``dataset`` (the shards'
+directory and tokenizer hash, checked when resuming); the state stays in ``default``, so a
+plain ``StandardRestore`` reader (evaluation) loads either kind.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from jax.experimental import multihost_utils
 
 from chunkformer.config import TrainConfig
 
+ITEMS = ("default", "data", "dataset")
+
 
 class Checkpointer:
   """Async saves every ``train.checkpoint_every`` steps into ``DIR/checkpoints``, keeps the last
@@ -31,8 +39,9 @@ class Checkpointer:
   crash soon after compilation loses nothing.
   """
 
-  def __init__(self, workdir: str, train: TrainConfig, read_only: bool = False):
-    self.read_only = read_only
+  def __init__(self, workdir: str, train: TrainConfig, read_only: bool = False,
+               with_data: bool = False):
+    self.read_only, self.with_data = read_only, with_data
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     if read_only:
       options = ocp.CheckpointManagerOptions(read_only=True, create=False,
@@ -44,20 +53,36 @@ class Checkpointer:
           enable_async_checkpointing=True,
           cleanup_tmp_directories=True,
       )
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                         item_names=ITEMS if with_data else None)
 
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
-  def save(self, step: int, state: Any, force: bool = False) -> bool:
-    """Starts an async save if ``step`` is due (or ``force``); returns whether one started."""
-    return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+  def save(self, step: int, state: Any, force: bool = False, data: Any = None) -> bool:
+    """Starts an async save if ``step`` is due (or ``force``); returns whether one started.
+
+    ``data`` (a ``data.feed.CorpusFeed``, with_data only) adds its iterator state, captured now,
+    before the call returns (Grain's handler is synchronous), and its dataset record.
+    """
+    if not self.with_data:
+      return self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+    items = {"default": ocp.args.StandardSave(state)}
+    if data is not None:
+      import grain  # noqa: PLC0415 -- only runs on task corpus need it
+
+      items["data"] = grain.checkpoint.CheckpointSave(data.train_iterator)
+      items["dataset"] = ocp.args.JsonSave(data.info())
+    return self.manager.save(step, args=ocp.args.Composite(**items), force=force)
 
   def wait(self) -> None:
     self.manager.wait_until_finished()
 
-  def restore_latest(self, abstract: Any) -> tuple[Any, int] | None:
+  def restore_latest(self, abstract: Any, data: Any = None) -> tuple[Any, int] | None:
     """(state, step) from the newest checkpoint that restores into ``abstract``; None if none.
+
+    With ``data`` (a ``data.feed.CorpusFeed``) its iterator is set to the checkpoint's state and
+    ``data.resumed`` checks the recorded dataset (raises on a different tokenizer hash).
 
     ``abstract`` is a tree of ``jax.ShapeDtypeStruct`` with shardings, so arrays load straight
     into their shards. A checkpoint that fails to load is reported (directory and step), moved
@@ -66,9 +91,20 @@ class Checkpointer:
     """
     broken = []
     result = None
+    items = {"default": ocp.args.StandardRestore(abstract)}
+    if self.with_data and data is not None:
+      import grain  # noqa: PLC0415 -- only runs on task corpus need it
+
+      items["data"] = grain.checkpoint.CheckpointRestore(data.train_iterator)
+      items["dataset"] = ocp.args.JsonRestore()
+    restored = None
     for step in reversed(self.steps()):
       try:
-        result = self.manager.restore(step, args=ocp.args.StandardRestore(abstract)), step
+        if self.with_data:
+          restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+          result = restored["default"], step
+        else:
+          result = self.manager.restore(step, args=items["default"]), step
         break
       except Exception as e:  # noqa: BLE001 -- any failure means "try the previous one"
         logging.error("checkpoint %s at step %d failed to restore (%s: %s); falling back to "
@@ -76,6 +112,8 @@ class Checkpointer:
         broken.append(step)
     if broken and not self.read_only:
       self._move_aside(broken)
+    if result is not None and self.with_data and data is not None:
+      data.resumed(result[1], restored["dataset"])
     return result
 
   def _move_aside(self, steps: list[int]) -> None:

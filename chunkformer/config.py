@@ -27,7 +27,7 @@ ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
-TASKS = ("kv", "code")
+TASKS = ("kv", "code", "corpus")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -210,7 +210,10 @@ class ModelConfig:
   rope_fraction: float = 1.0  # fraction of head_dim that rotates (partial rotary)
   rope_base: float = 10000.0
   qk_norm: bool = True  # RMSNorm per head on queries and keys (Qwen3)
+  norm_eps: float = 1e-6  # epsilon of the block, final and QK RMSNorms (Qwen3's rms_norm_eps)
   tie_embeddings: bool = True
+  scale_tied_logits: bool = True  # tied head: logits / sqrt(d_model) (unit-scale embeddings);
+  # False = plain x E^T, as Hugging Face Qwen3 (set by chunkformer/convert/qwen3.py)
   key_shift: int = 0  # width of a causal conv mixing x_{t-w+1..t} into keys; 0 = off
   value_shift: bool = False  # apply the same token shift to values
   dtype: str = "float32"  # activation dtype
@@ -250,6 +253,7 @@ class ModelConfig:
     )
     _require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
     _require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
+    _require(self.norm_eps > 0, "model.norm_eps", f"must be > 0, got {self.norm_eps}")
     _one_of(self.dtype, DTYPES, "model.dtype")
     _require(self.compressed_rope_base >= 0, "model.compressed_rope_base", "must be >= 0")
     _require(self.yarn_factor >= 1.0, "model.yarn_factor", f"must be >= 1, got {self.yarn_factor}")
@@ -305,7 +309,7 @@ def _resolve_layer_pattern(
 class DataConfig:
   """Offline, deterministic data. Lengths in tokens."""
 
-  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes)
+  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes) | corpus (shards)
   seq_len: int = 256  # T tokens per row
   batch_size: int = 32  # global rows per step (split over processes)
   # Key-value retrieval.
@@ -317,8 +321,12 @@ class DataConfig:
   num_filler: int = 4  # distinct filler tokens in the kv haystack
   near_distance: int = 64  # a needle within this many tokens of its query counts as near
   # Code corpus.
-  code_needles: int = 0  # key-value needles planted into each code row
+  code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
+  # Ingested corpus (task "corpus", chunkformer/data/corpus.py).
+  path: str = ""  # directory written by chunkformer.data.ingest, or "builtin:stdlib"
+  tokenizer: str = ""  # must hash like the shards' ("" = theirs); builtin: "bytes" | "bpe:N"
+  read_threads: int = 2  # Grain threads reading and decoding documents
 
   def validate(self) -> None:
     _one_of(self.task, TASKS, "data.task")
@@ -330,6 +338,7 @@ class DataConfig:
     _require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
     _require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
     _require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
+    _require(self.read_threads >= 0, "data.read_threads", "must be >= 0")
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
     data.check_config(self)
@@ -404,17 +413,33 @@ class MeshConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class InitConfig:
+  """Where a fresh run's parameters come from (chunkformer/warm_start.py)."""
+
+  from_workdir: str = ""  # run directory (e.g. an imported Qwen3) whose newest checkpoint's
+  # params start this run; weights the new config adds (compressors) are freshly initialised
+  train_only_new_steps: int = 0  # the first N updates train only the newly initialised weights
+
+  def validate(self) -> None:
+    _require(self.train_only_new_steps >= 0, "init.train_only_new_steps", "must be >= 0")
+    _require(bool(self.from_workdir) or not self.train_only_new_steps,
+             "init.train_only_new_steps", "needs init.from_workdir (no weights are new otherwise)")
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
   seed: int = 0
   model: ModelConfig = ModelConfig()
   data: DataConfig = DataConfig()
   train: TrainConfig = TrainConfig()
   mesh: MeshConfig = MeshConfig()
+  init: InitConfig = InitConfig()
 
   def validate(self) -> Config:
     self.model.validate()
     self.data.validate()
     self.train.validate()
+    self.init.validate()
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
     for i, layer in enumerate(self.model.layers):

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from chunkformer import checkpointing, objective
+from chunkformer import objective
 from chunkformer import runtime as runtime_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError
@@ -54,18 +54,14 @@ def restore_run(workdir: str, allow_unfinished: bool = False
   config = workdir_lib.read_config(workdir)
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise ConfigError(f"workdir {workdir!r} holds no checkpoints; train it first")
-  rt = runtime_lib.build(config)
-  restored = checkpointing.restore_latest_read_only(workdir, config.train, rt.abstract_state)
-  if restored is None:
-    raise ConfigError(f"workdir {workdir!r} holds no checkpoint that restores")
-  state, step = restored
+  _, rt, params, step = runtime_lib.restore_newest(workdir)
   if step < config.train.steps:
     if not allow_unfinished:
       raise ConfigError(f"workdir {workdir!r} holds an unfinished run: the newest checkpoint "
                         f"that restores is at step {step} of {config.train.steps}")
     logging.warning("workdir %s: evaluating step %d of %d (run not finished)", workdir, step,
                     config.train.steps)
-  return config, rt, state.params, step
+  return config, rt, params, step
 
 
 def evaluate_checkpoint(workdir: str, num_batches: int | None = None,

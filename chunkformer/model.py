@@ -21,11 +21,13 @@ class Block(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
-    attn_cfg = self.model.layer_attention(self.layer)
-    attention = attention_class(attn_cfg.kind)(self.model, attn_cfg, self.layer, name="attn")
-    y, shared = attention(RMSNorm(name="attn_norm")(x_BxTxE), ctx, shared)
+    m = self.model
+    attn_cfg = m.layer_attention(self.layer)
+    attention = attention_class(attn_cfg.kind)(m, attn_cfg, self.layer, name="attn")
+    y, shared = attention(RMSNorm(eps=m.norm_eps, name="attn_norm")(x_BxTxE), ctx, shared)
     x_BxTxE = x_BxTxE + y
-    x_BxTxE = x_BxTxE + SwiGLU(self.model.mlp_dim, name="mlp")(RMSNorm(name="mlp_norm")(x_BxTxE))
+    mlp_in = RMSNorm(eps=m.norm_eps, name="mlp_norm")(x_BxTxE)
+    x_BxTxE = x_BxTxE + SwiGLU(m.mlp_dim, name="mlp")(mlp_in)
     return nn.with_logical_constraint(x_BxTxE, ("batch", "length", "act_embed")), shared
 
 
@@ -60,10 +62,11 @@ class Transformer(nn.Module):
     shared: dict = {}
     for layer in range(m.num_layers):
       x_BxTxE, shared = Block(m, layer, name=f"block_{layer}")(x_BxTxE, ctx, shared)
-    x_BxTxE = RMSNorm(name="final_norm")(x_BxTxE)
+    x_BxTxE = RMSNorm(eps=m.norm_eps, name="final_norm")(x_BxTxE)
     if m.tie_embeddings:
-      # Embeddings have unit scale; divide so that initial logits have unit scale too.
-      logits = jnp.einsum("bte,ve->btv", x_BxTxE, embedding.astype(dtype)) * m.d_model**-0.5
+      logits = jnp.einsum("bte,ve->btv", x_BxTxE, embedding.astype(dtype))
+      if m.scale_tied_logits:  # unit-scale embeddings: divide so initial logits are unit scale
+        logits = logits * m.d_model**-0.5
     else:
       logits = nn.Dense(m.vocab_size, use_bias=False, dtype=dtype, name="unembed",
                         kernel_init=nn.with_logical_partitioning(

@@ -3,11 +3,15 @@
 A batch is a dict of [B, T] arrays (see chunkformer/data/__init__.py):
 ``inputs``, ``targets`` (int32), ``positions``, ``segment_ids`` (int32), ``loss_mask``
 (float32, 1 on tokens that are scored) and, for retrieval tasks, ``near_mask``/``far_mask``
-(float32, 1 on answer tokens whose needle lies within / beyond ``data.near_distance``).
+(float32, 1 on answer tokens whose needle lies within / beyond ``data.near_distance``) and, for
+corpus batches, ``target_bytes`` (float32, UTF-8 bytes of each scored target), which gives
+``bits_per_byte``: the scored loss in bits over the bytes it predicted, comparable across
+tokenizers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -44,6 +48,8 @@ def metric_sums(logits_BxTxV: Array, batch: Mapping[str, Array]) -> dict[str, Ar
   mask = batch["loss_mask"]
   sums = {"loss_sum": jnp.sum(ce * mask), "count": jnp.sum(mask),
           "correct": jnp.sum(correct * mask)}
+  if "target_bytes" in batch:
+    sums["bytes"] = jnp.sum(batch["target_bytes"] * mask)
   for group in ("near", "far"):
     key = f"{group}_mask"
     if key in batch:
@@ -53,12 +59,14 @@ def metric_sums(logits_BxTxV: Array, batch: Mapping[str, Array]) -> dict[str, Ar
 
 
 def summarize(sums: Mapping[str, Array]) -> dict[str, float]:
-  """Means from additive statistics: loss, accuracy, near_accuracy, far_accuracy."""
+  """Means from additive statistics: loss, accuracy, near/far accuracy, bits_per_byte."""
   def ratio(num, den):
     return float(num) / max(float(den), 1.0)
 
   out = {"loss": ratio(sums["loss_sum"], sums["count"]),
          "accuracy": ratio(sums["correct"], sums["count"])}
+  if "bytes" in sums:
+    out["bits_per_byte"] = ratio(sums["loss_sum"], sums["bytes"]) / math.log(2.0)
   for group in ("near", "far"):
     if f"{group}_count" in sums:
       out[f"{group}_accuracy"] = ratio(sums[f"{group}_correct"], sums[f"{group}_count"])

@@ -4,7 +4,7 @@ The device never waits on the host: step ``s`` is dispatched before the metrics 
 ``s - 1`` are fetched, and the host syncs only to log, evaluate, and before a checkpoint
 (whose state must follow a finite loss). Rerunning the same command resumes from the newest
 checkpoint and reproduces the uninterrupted run, because batches and the per-step rng are
-functions of the step.
+functions of the step (task "corpus": the Grain iterator's state is saved in the checkpoint).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import optax
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from chunkformer import checkpointing, evaluate, objective
+from chunkformer import checkpointing, evaluate, objective, warm_start
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -154,9 +154,11 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   """
   workdir_lib.require_directory(workdir)  # before building anything
   rt = runtime_lib.build(config, devices)
+  if config.init.from_workdir:  # refuses a mismatched source before the workdir is claimed
+    warm_start.plan(config)
   workdir_lib.prepare(workdir, config, overwrite)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train)
-  restored = checkpointer.restore_latest(rt.abstract_state)
+  checkpointer = checkpointing.Checkpointer(workdir, config.train, with_data=rt.feed is not None)
+  restored = checkpointer.restore_latest(rt.abstract_state, data=rt.feed)
   if restored is None:
     state, start = rt.init_state(), 0
   else:
@@ -189,7 +191,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
         if watch.reached(step):
           flush()
           if checkpointer.manager.latest_step() != step:  # not already saved by the interval
-            checkpointer.save(step, state, force=True)
+            checkpointer.save(step, state, force=True, data=rt.feed)
           checkpointer.wait()
           logging.warning("preempted: checkpoint saved at step %d in %s", step,
                           checkpointer.directory)
@@ -200,7 +202,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
         done = step + 1
         if done == total or checkpointer.manager.should_save(done):
           flush()
-          checkpointer.save(done, state, force=done == total)
+          checkpointer.save(done, state, force=done == total, data=rt.feed)
         if done % config.train.eval_every == 0 and done != total:
           flush()
           began = time.perf_counter()
@@ -217,3 +219,5 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
     watch.close()
     logger.close()
     checkpointer.close()
+    if rt.feed is not None:
+      rt.feed.close()

@@ -216,7 +216,7 @@ def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("trainer.train called for a finished variant")
   monkeypatch.setattr(trainer, "train", refuse)
-  again = sweep.run(_sweep({"smoke": SMOKE}), workdir)
+  again = sweep.run(_sweep({"smoke": SMOKE}), workdir, command="test")  # the fixture's command
   assert again.records[0]["accuracy_by_offset"] == first.records[0]["accuracy_by_offset"]
 
 

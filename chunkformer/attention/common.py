@@ -61,8 +61,8 @@ class QKVProjection(nn.Module):
         v = v + TokenShift(m.key_shift, (m.num_kv_heads, m.head_dim),
                            name="value_shift")(x_BxTxE, ctx.segment_ids_BxT)
     if m.qk_norm:
-      q = RMSNorm(axis_name="head_dim", name="q_norm")(q)
-      k = RMSNorm(axis_name="head_dim", name="k_norm")(k)
+      q = RMSNorm(axis_name="head_dim", eps=m.norm_eps, name="q_norm")(q)
+      k = RMSNorm(axis_name="head_dim", eps=m.norm_eps, name="k_norm")(k)
     rope = Rope(m.rope_dim, m.rope_base) if self.attn is None else layer_rope(m, self.attn)
     q = apply_rope(q, ctx.positions_BxT, rope)
     k = apply_rope(k, ctx.positions_BxT, rope)

@@ -1,1 +1,1 @@
-"""Weight conversion from published checkpoints into chunkformer parameters."""
+"""Checkpoint converters between chunkformer run directories and other formats."""

@@ -15,14 +15,22 @@ Determinism: global row r of a step is a pure function of (seed, split, step, r)
 ``row_rng``, so any number of processes sees the same global batch and a resumed run sees the
 same data. Task modules: ``kv`` (synthetic retrieval and the sweep's layout tools) and ``code``
 (the interpreter's own standard library, byte level, with optional planted needles).
+
+Task ``corpus`` (``corpus.py``, ``feed.py``) reads ingested shards through a Grain pipeline
+instead: its training batches come from a stateful iterator (``runtime`` holds a ``CorpusFeed``),
+so ``make_batch`` serves only its held-out batches; they also carry ``target_bytes``.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+
 import numpy as np
 
 from chunkformer.config import ConfigError, DataConfig
-from chunkformer.data import code, code_needles, kv
+from chunkformer.data import builtin, code, code_needles, kv
 
 SPLITS = ("train", "heldout")
 
@@ -31,7 +39,23 @@ def vocab_size_needed(config: DataConfig) -> int:
   """Smallest model.vocab_size that covers every token id the task can emit."""
   if config.task == "kv":
     return kv.vocab_size(config)
+  if config.task == "corpus":
+    return _corpus_vocab_size(config.path, config.tokenizer)
   return code.VOCAB_SIZE
+
+
+def _corpus_vocab_size(path: str, tokenizer: str) -> int:
+  if builtin.is_builtin(path):
+    try:
+      return builtin.check_spec(path, tokenizer)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+  manifest = os.path.join(path, "manifest.json")
+  if not os.path.isfile(manifest):
+    raise ConfigError(f"config field 'data.path': {path!r} holds no manifest.json (ingest it "
+                      "with python -m chunkformer.data.ingest, or use 'builtin:stdlib')")
+  with open(manifest) as f:
+    return int(json.load(f)["tokenizer"]["vocab_size"])
 
 
 def check_config(config: DataConfig) -> None:
@@ -48,7 +72,12 @@ def check_config(config: DataConfig) -> None:
           f"config field 'data.seq_len': {config.seq_len} tokens cannot hold {config.num_pairs} "
           f"needles of {kv.needle_len(config)} tokens, one filler between each, and "
           f"{config.num_queries} queries; need >= {need}")
-  elif config.code_needles:
+  elif config.task == "corpus":
+    if not config.path:
+      raise ConfigError("config field 'data.path': task 'corpus' needs an ingested directory "
+                        "or 'builtin:stdlib'")
+    _corpus_vocab_size(config.path, config.tokenizer)
+  if config.task != "kv" and config.code_needles:
     need = code_needles.min_seq_len(config)
     if config.seq_len < need:
       raise ConfigError(
@@ -85,6 +114,11 @@ def make_batch(config: DataConfig, *, seed: int, step: int, split: str,
   an unknown split and ConfigError if process_count does not divide data.batch_size.
   """
   config.validate()
+  if config.task == "corpus":
+    if split != "heldout":
+      raise ValueError("task 'corpus' reads training batches in order through its Grain "
+                       "iterator (runtime.Runtime.batch), not by step")
+    return _heldout_feed(config, seed, process_index, process_count).batch("heldout", step)
   if split not in SPLITS:
     raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
   if not 0 <= process_index < process_count:
@@ -98,3 +132,14 @@ def make_batch(config: DataConfig, *, seed: int, step: int, split: str,
   rows = [make_row(config, seed=seed, step=step, split=split, row=r)
           for r in range(first, first + local)]
   return {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+
+
+@functools.lru_cache(maxsize=2)
+def _heldout_feed(config: DataConfig, seed: int, process_index: int, process_count: int):
+  from chunkformer.data import feed  # lazy: grain and array_record only for task corpus
+
+  return feed.CorpusFeed(
+      feed.open_for(config.path, config.tokenizer, config.heldout_fraction),
+      seq_len=config.seq_len, rows=config.batch_size // process_count, seed=seed,
+      shard_index=process_index, shard_count=process_count, read_threads=config.read_threads,
+      needles=config.code_needles, near_distance=config.near_distance)

@@ -63,19 +63,25 @@ def is_heldout(relative_path: str, heldout_fraction: float) -> bool:
   return int.from_bytes(digest[:8], "big") / 2.0**64 < heldout_fraction
 
 
+def stdlib_files(root: str) -> list[str]:
+  """Relative POSIX paths of the corpus' ``*.py`` files under ``root``, sorted (empty included)."""
+  found = []
+  for directory, subdirs, names in os.walk(root):
+    subdirs[:] = [d for d in subdirs if d not in EXCLUDED_DIRS]
+    found.extend(os.path.relpath(os.path.join(directory, name), root).replace(os.sep, "/")
+                 for name in names if name.endswith(".py"))
+  return sorted(found)
+
+
 @functools.lru_cache(maxsize=2)
 def _all_files(root: str) -> tuple[tuple[str, bytes], ...]:
   files = []
-  for directory, subdirs, names in os.walk(root):
-    subdirs[:] = [d for d in subdirs if d not in EXCLUDED_DIRS]
-    for name in names:
-      if name.endswith(".py"):
-        path = os.path.join(directory, name)
-        with open(path, "rb") as f:
-          text = f.read()
-        if text:
-          files.append((os.path.relpath(path, root).replace(os.sep, "/"), text))
-  return tuple(sorted(files))
+  for relative in stdlib_files(root):
+    with open(os.path.join(root, relative), "rb") as f:
+      text = f.read()
+    if text:
+      files.append((relative, text))
+  return tuple(files)
 
 
 @functools.lru_cache(maxsize=4)

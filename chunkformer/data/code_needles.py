@@ -54,16 +54,31 @@ def _needle_lines(rng: np.random.Generator, count: int) -> list[np.ndarray]:
   return lines
 
 
+def stream_len(seq_len: int, needles: int) -> int:
+  """Code tokens (bytes and FILE_SEP) a needle row of seq_len holds besides needles and queries."""
+  return seq_len + 1 - needles * QUERY_LEN - 1 - needles * NEEDLE_LEN
+
+
 def make_row(rng: np.random.Generator, config: DataConfig, split: str) -> dict[str, np.ndarray]:
   """One needle row of [T] arrays with near/far masks (layout in the module docstring)."""
-  k = config.code_needles
-  length = config.seq_len + 1
-  query_start = length - k * QUERY_LEN
-  code_len = query_start - 1 - k * NEEDLE_LEN
+  code_len = stream_len(config.seq_len, config.code_needles)
   docs = code.documents(rng, code.load_corpus(split, config.heldout_fraction), code_len)
   separator = np.array([code.FILE_SEP], np.int32)
   stream = np.concatenate([docs[0]] + [np.concatenate([separator, d]) for d in docs[1:]])
-  stream = stream[:code_len].astype(np.int32)
+  return plant(rng, stream[:code_len].astype(np.int32), seq_len=config.seq_len,
+               needles=config.code_needles, near_distance=config.near_distance)
+
+
+def plant(rng: np.random.Generator, stream: np.ndarray, *, seq_len: int, needles: int,
+          near_distance: int) -> dict[str, np.ndarray]:
+  """The needle row of a code ``stream`` (int32 bytes and FILE_SEP, ``stream_len`` tokens).
+
+  Also the needle transform of the corpus pipeline (task "corpus", byte tokenizer), which
+  packs documents into such streams.
+  """
+  k = needles
+  length = seq_len + 1
+  query_start = length - k * QUERY_LEN
   # Insertion points: before stream[i] where a line (or a file) starts.
   line_starts = np.flatnonzero(
       np.isin(np.concatenate([[ord("\n")], stream[:-1]]), (ord("\n"), code.FILE_SEP)))
@@ -81,7 +96,6 @@ def make_row(rng: np.random.Generator, config: DataConfig, split: str) -> dict[s
     pieces.append(np.concatenate([[code.QUERY], lines[j]]).astype(np.int32))
   tokens = np.concatenate(pieces)
 
-  seq_len = config.seq_len
   loss_mask = np.zeros(seq_len, np.float32)
   loss_mask[:query_start - 1] = 1.0  # code targets; the target at query_start - 1 is QUERY
   near = np.zeros(seq_len, np.float32)
@@ -89,7 +103,7 @@ def make_row(rng: np.random.Generator, config: DataConfig, split: str) -> dict[s
   for q, j in enumerate(order):
     marker = query_start + q * QUERY_LEN
     answer = slice(marker + PROMPT_LEN, marker + PROMPT_LEN + VALUE_SYMBOLS)
-    group = near if marker - offsets[j] <= config.near_distance else far
+    group = near if marker - offsets[j] <= near_distance else far
     group[answer] = 1.0
   return {
       "inputs": tokens[:-1],

@@ -32,6 +32,7 @@ from chunkformer import data as data_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.evaluation import (
   boundaries,
+  loaded_model,
   needle_sweep,
   plots,
   prefix_probe,
@@ -62,7 +63,8 @@ def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_li
       out["ends"] = ends.astype(np.int8)
     return out
 
-  return trained_lib.Predictor(trained, batch_size, extract=extract)
+  predictor = trained_lib.Predictor(trained, batch_size, extract=extract)
+  return loaded_model.adapt(trained, predictor)  # kv rows in a loaded model's tokens
 
 
 def describe(variant: Variant) -> dict[str, Any]:
