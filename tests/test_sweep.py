@@ -233,6 +233,20 @@ def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):
     sweep_config.resolve(_sweep({"a": variant(checkpoint=str(copy))}), str(tmp_path / "out"))
 
 
+def test_variant_recorded_before_a_config_field_existed_is_still_finished(finished_sweep,
+                                                                         tmp_path):
+  workdir, _ = finished_sweep
+  copy = tmp_path / "older"
+  shutil.copytree(workdir, copy)
+  with open(copy / "smoke" / "config.json") as f:
+    recorded = json.load(f)
+  del recorded["model"]["attention"]["interpret"]  # stands for a field added since, at default
+  with open(copy / "smoke" / "config.json", "w") as f:
+    json.dump(recorded, f)
+  resolved = sweep_config.resolve(_sweep({"smoke": SMOKE}), str(copy))
+  assert sweep.is_finished(resolved.variants[0])
+
+
 def test_variant_dir_holding_another_config_is_refused_before_training(finished_sweep):
   workdir, _ = finished_sweep
   other = variant("configs/smoke.py", {"train.steps": 3})
