@@ -109,23 +109,39 @@ def _sweep_command(workdir: str) -> str:
   return command or f"python eval.py --config configs/sweeps/<name>.py --workdir {workdir}"
 
 
+def recorded_differences(workdir: str, config: Config) -> dict[str, tuple[Any, Any]] | None:
+  """How ``config`` differs from the run recorded in ``workdir`` (None: nothing recorded).
+
+  field -> (recorded, new), the recorded side default-filled (``recorded_identity``); includes
+  ``BOOKKEEPING_FIELDS`` (see ``blocking`` for the fields that make it another run).
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return differences(recorded_identity(json.load(f)), config_json(config))
+
+
+def blocking(diff: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
+  """The differences that make a recorded run another run (all but bookkeeping fields)."""
+  return {k: v for k, v in diff.items() if k not in BOOKKEEPING_FIELDS}
+
+
 def prepare(workdir: str, config: Config, overwrite: bool = False) -> None:
   """Claims ``workdir`` for ``config`` (see module docstring). Only process 0 writes."""
   require_directory(workdir)
   path = os.path.join(workdir, CONFIG_FILE)
   new = config_json(config)
   writer = jax.process_index() == 0
-  if os.path.exists(path):
-    with open(path) as f:
-      old = json.load(f)
-    diff = differences(recorded_identity(old), new)
-    blocking = {k: v for k, v in diff.items() if k not in BOOKKEEPING_FIELDS}
-    if blocking and not overwrite:
-      lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in blocking.items())
+  diff = recorded_differences(workdir, config)
+  if diff is not None:
+    other_run = blocking(diff)
+    if other_run and not overwrite:
+      lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in other_run.items())
       raise ConfigError(
           f"workdir {workdir!r} holds a different run; differing config fields:\n{lines}\n"
           "pass --overwrite to move that run aside, or choose another --workdir")
-    if blocking and writer:
+    if other_run and writer:
       _move_aside(workdir)
     elif diff:
       logging.info("workdir %s: bookkeeping fields changed: %s", workdir, diff)

@@ -233,6 +233,20 @@ def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):
     sweep_config.resolve(_sweep({"a": variant(checkpoint=str(copy))}), str(tmp_path / "out"))
 
 
+def test_variant_recorded_before_a_config_field_existed_is_still_finished(finished_sweep,
+                                                                         tmp_path):
+  workdir, _ = finished_sweep
+  copy = tmp_path / "older"
+  shutil.copytree(workdir, copy)
+  with open(copy / "smoke" / "config.json") as f:
+    recorded = json.load(f)
+  del recorded["model"]["attention"]["interpret"]  # stands for a field added since, at default
+  with open(copy / "smoke" / "config.json", "w") as f:
+    json.dump(recorded, f)
+  resolved = sweep_config.resolve(_sweep({"smoke": SMOKE}), str(copy))
+  assert sweep.is_finished(resolved.variants[0])
+
+
 def test_variant_dir_holding_another_config_is_refused_before_training(finished_sweep):
   workdir, _ = finished_sweep
   other = variant("configs/smoke.py", {"train.steps": 3})
@@ -358,11 +372,15 @@ def test_window_alignment_that_does_not_fit_names_the_chunk_sizes_not_num_offset
   assert "M=5 (m5)" in message and "M=7 (m7)" in message and "num_offsets" not in message
 
 
-def test_eval_on_a_sweep_directory_names_the_commands_it_wants(finished_sweep):
-  workdir, _ = finished_sweep
+def test_eval_on_a_sweep_directory_names_the_commands_it_wants(tmp_path):
+  variant_dir = tmp_path / "smoke"
+  variant_dir.mkdir()
+  (variant_dir / "config.json").write_text("{}")
+  command = "python eval.py --config configs/sweeps/demo.py --workdir runs/demo"
+  (tmp_path / "results.json").write_text(json.dumps({"command": command}))
   with pytest.raises(ConfigError) as raised:
-    evaluate.evaluate_checkpoint(workdir)
+    evaluate.evaluate_checkpoint(str(tmp_path))
   message = str(raised.value)
-  assert "holds a sweep" in message and "\n" not in message
-  assert f"python eval.py --workdir {os.path.join(workdir, 'smoke')}" in message
-  assert "`test`" in message  # the command recorded in its results.json
+  assert "holds a sweep (runs smoke), not one run" in message and "\n" not in message
+  assert f"python eval.py --workdir {variant_dir}" in message
+  assert f"`{command}`" in message  # the command recorded in its results.json

@@ -59,16 +59,11 @@ def is_finished(variant: sweep_config.Variant) -> bool:
   if not variant.train:
     return True
   final = os.path.join(variant.workdir, workdir_lib.FINAL_METRICS_FILE)
-  recorded = os.path.join(variant.workdir, workdir_lib.CONFIG_FILE)
-  if not (os.path.exists(final) and os.path.exists(recorded)):
+  diff = workdir_lib.recorded_differences(variant.workdir, variant.config)
+  if diff is None or workdir_lib.blocking(diff) or not os.path.exists(final):
     return False
   with open(final) as f:
-    step = json.load(f).get("step")
-  with open(recorded) as f:
-    old = json.load(f)
-  diff = workdir_lib.differences(old, workdir_lib.config_json(variant.config))
-  same = all(k in workdir_lib.BOOKKEEPING_FIELDS for k in diff)
-  return same and step == variant.config.train.steps
+    return json.load(f).get("step") == variant.config.train.steps
 
 
 def _duration(seconds: float) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 import os
 import re
@@ -247,15 +246,12 @@ def _variant(name: str, entry: Mapping[str, Any], shared: dict[str, Any], settin
 
 def _check_workdir(variant: Variant) -> None:
   """A variant directory holding a different run would be refused mid-sweep: refuse now."""
-  path = os.path.join(variant.workdir, workdir_lib.CONFIG_FILE)
-  if not variant.train or not os.path.exists(path):
+  if not variant.train:
     return
-  with open(path) as f:
-    old = json.load(f)
-  diff = workdir_lib.differences(old, workdir_lib.config_json(variant.config))
-  blocking = {k: v for k, v in diff.items() if k not in workdir_lib.BOOKKEEPING_FIELDS}
-  if blocking:
-    lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in blocking.items())
+  other_run = workdir_lib.blocking(
+      workdir_lib.recorded_differences(variant.workdir, variant.config) or {})
+  if other_run:
+    lines = "\n".join(f"  {k}: {a!r} -> {b!r}" for k, (a, b) in other_run.items())
     raise ConfigError(f"sweep variant {variant.name!r}: {variant.workdir!r} holds a run of a "
                       f"different config:\n{lines}\nmove that directory away or rename the "
                       "variant; nothing was changed")
