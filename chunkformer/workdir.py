@@ -54,15 +54,33 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any
           for k in sorted(a.keys() | b.keys()) if a.get(k, "<absent>") != b.get(k, "<absent>")}
 
 
-def recorded_identity(recorded: dict[str, Any]) -> dict[str, Any]:
-  """A recorded config.json with every field it lacks filled with today's default.
+# Fields added with a default that changed behaviour: a run recorded before the field existed
+# ran with this value, not with today's default (value de-rotation landed on by default).
+LEGACY_VALUES = {("model", "attention", "derotate"): False}
 
-  A run written before a field existed ran with that field's default behaviour, so a field
-  added with a default must not make the run "different". Records that no longer parse (a
-  field removed or renamed) are compared as they are, so the differing field is still named.
+
+def upgrade_record(recorded: dict[str, Any]) -> dict[str, Any]:
+  """A recorded config.json with ``LEGACY_VALUES`` filled in where the record lacks them."""
+  upgraded = json.loads(json.dumps(recorded))
+  for path, value in LEGACY_VALUES.items():
+    node = upgraded
+    for key in path[:-1]:
+      node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and path[-1] not in node:
+      node[path[-1]] = value
+  return upgraded
+
+
+def recorded_identity(recorded: dict[str, Any]) -> dict[str, Any]:
+  """A recorded config.json with every field it lacks filled as the run behaved.
+
+  A run written before a field existed ran with that field's default behaviour (or its
+  ``LEGACY_VALUES`` entry), so a field added with a default must not make the run "different".
+  Records that no longer parse (a field removed or renamed) are compared as they are, so the
+  differing field is still named.
   """
   try:
-    return config_json(config_lib.from_dict(recorded))
+    return config_json(config_lib.from_dict(upgrade_record(recorded)))
   except ConfigError:
     return recorded
 
@@ -96,7 +114,7 @@ def read_config(workdir: str) -> Config:
           f"with `{_sweep_command(workdir)}`")
     raise ConfigError(f"workdir {workdir!r} holds no run ({CONFIG_FILE} missing)")
   with open(path) as f:
-    return config_lib.from_dict(json.load(f))
+    return config_lib.from_dict(upgrade_record(json.load(f)))
 
 
 def _sweep_command(workdir: str) -> str:

@@ -4,6 +4,7 @@ In-process on one CPU device with the smoke config (a ~20k-parameter model); the
 and multi-process checks live in test_parallel.py, kill -9 in test_kill_resume.py.
 """
 
+import dataclasses
 import glob
 import json
 import logging
@@ -188,7 +189,7 @@ def test_run_recorded_before_a_field_existed_is_the_same_run(tmp_path):
   committed = os.path.join(os.path.dirname(__file__), "..", "results", "study", "fixed_m4")
   with open(os.path.join(committed, workdir_lib.CONFIG_FILE)) as f:
     recorded = json.load(f)
-  config = config_lib.from_dict(recorded)
+  config = config_lib.from_dict(workdir_lib.upgrade_record(recorded))  # as the run was made
   _drop_field(recorded, "model.attention.interpret")
   with open(tmp_path / workdir_lib.CONFIG_FILE, "w") as f:
     json.dump(recorded, f)
@@ -200,3 +201,17 @@ def test_run_recorded_before_a_field_existed_is_the_same_run(tmp_path):
     json.dump(recorded, f)
   with pytest.raises(ConfigError, match=r"model.attention.interpret: True -> False"):
     workdir_lib.prepare(str(tmp_path), config)
+
+
+def test_run_recorded_before_value_derotation_reads_back_without_it(tmp_path):
+  # The committed study ran before de-rotation existed: reading its record must give the
+  # behaviour it was trained with, and today's default (de-rotation on) is a different run.
+  committed = os.path.join(os.path.dirname(__file__), "..", "results", "study", "fixed_m4")
+  shutil.copy(os.path.join(committed, workdir_lib.CONFIG_FILE), tmp_path)
+  recorded = workdir_lib.read_config(str(tmp_path))
+  assert recorded.model.attention.derotate is False
+  workdir_lib.prepare(str(tmp_path), recorded)  # the same run
+  with pytest.raises(ConfigError, match=r"model.attention.derotate: False -> True"):
+    workdir_lib.prepare(str(tmp_path), dataclasses.replace(
+        recorded, model=dataclasses.replace(recorded.model, attention=dataclasses.replace(
+            recorded.model.attention, derotate=True))))
