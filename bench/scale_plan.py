@@ -193,6 +193,7 @@ def main() -> None:
   p.add_argument("--variants", default="full,fixed,dynamic")
   p.add_argument("--remats", default="full")
   p.add_argument("--out", default="bench/results/scale_plan")
+  p.add_argument("--resume", action="store_true", help="keep the compiled cases of --out")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--cases", help=argparse.SUPPRESS)
   p.add_argument("--output", help=argparse.SUPPRESS)
@@ -205,12 +206,17 @@ def main() -> None:
   device_counts = [int(x) for x in args.devices.split(",")]
   todo = list(cases(args.small, device_counts, [int(x) for x in args.seq_lens.split(",")],
                     args.variants.split(","), args.remats.split(",")))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  records: list[dict] = []
+  if args.resume and os.path.exists(args.out + ".json"):  # keep the cases that compiled
+    records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
+    done = [{k: r[k] for k in todo[0]} for r in records] if todo else []
+    todo = [c for c in todo if c not in done]
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
   meta = dict(command="python bench/scale_plan.py " + " ".join(sys.argv[1:]),
               date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
               commit=commit, load_start=load())
-  records: list[dict] = []
   os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
   with tempfile.TemporaryDirectory() as tmp:
     for devices in device_counts:
@@ -219,9 +225,11 @@ def main() -> None:
       with open(case_file, "w") as f:
         f.writelines(json.dumps(c) + "\n" for c in mine)
       env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                 JAX_PLATFORMS="cpu", PYTHONPATH=os.getcwd())
-      proc = subprocess.Popen([sys.executable, __file__, "--worker", "--cases", case_file,
-                               "--output", out_file], env=env)
+                 JAX_PLATFORMS="cpu", PYTHONPATH=root)
+      # As a module from the repository root: run as a script, bench/ would come first on
+      # sys.path and bench/kernels.py would shadow the kernels package.
+      proc = subprocess.Popen([sys.executable, "-m", "bench.scale_plan", "--worker", "--cases",
+                               case_file, "--output", out_file], env=env, cwd=root)
       proc.wait()
       if os.path.exists(out_file):
         records += [json.loads(line) for line in open(out_file)]

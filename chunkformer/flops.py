@@ -115,11 +115,18 @@ def train_flops_per_token(m: ModelConfig, seq_len: int) -> float:
 
 
 @functools.cache
-def measured_cpu_peak(size: int = 1024, repeats: int = 5) -> float:
-  """FLOP/s of a jitted float32 square matmul on this process's CPU (best of ``repeats``)."""
-  cpu = jax.devices("cpu")[0]
-  a = jax.device_put(jnp.ones((size, size), jnp.float32), cpu)
-  matmul = jax.jit(lambda x: x @ x)
+def _square(size: int) -> tuple[jax.Array, jax.stages.Wrapped]:
+  a = jax.device_put(jnp.ones((size, size), jnp.float32), jax.devices("cpu")[0])
+  return a, jax.jit(lambda x: x @ x)
+
+
+def measured_cpu_peak(size: int = 512, repeats: int = 5) -> float:
+  """FLOP/s of a jitted float32 square matmul on this process's CPU (best of ``repeats``).
+
+  Measured anew at each call (milliseconds): on shared cores the attainable rate moves with
+  the machine's load, and MFU is only meaningful against the rate of the same moment.
+  """
+  a, matmul = _square(size)
   matmul(a).block_until_ready()
   best = np.inf
   for _ in range(repeats):

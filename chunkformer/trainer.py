@@ -83,9 +83,9 @@ class _Logger:
   """Console lines, TensorBoard events and the progress hook, all on process 0 only."""
 
   def __init__(self, workdir: str, total_steps: int, tokens_per_step: int,
-               hook: ProgressHook | None, flops_per_sec_peak: float, flops_per_token: float):
+               hook: ProgressHook | None, peak_fn: Callable[[], float], flops_per_token: float):
     self.total, self.tokens_per_step, self.hook = total_steps, tokens_per_step, hook
-    self.peak, self.flops_per_token = flops_per_sec_peak, flops_per_token
+    self.peak_fn, self.flops_per_token = peak_fn, flops_per_token  # peak FLOP/s of the mesh
     self.primary = jax.process_index() == 0
     self.writer = SummaryWriter(workdir) if self.primary else None
     self.rate = math.nan
@@ -97,7 +97,7 @@ class _Logger:
     eta = (self.total - step) / self.rate if self.rate > 0 else math.inf
     far = metrics.get("far_accuracy")
     tokens_per_sec = self.rate * self.tokens_per_step
-    mfu = self.flops_per_token * tokens_per_sec / self.peak
+    mfu = self.flops_per_token * tokens_per_sec / self.peak_fn()
     if self.primary:
       logging.info(
           "step %d/%d  loss %.4f  acc %.4f%s  grad_norm %.3g  lr %.3g  %.2f steps/s  "
@@ -170,11 +170,16 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
                rt.tokens_per_step)
   train_step, eval_step = make_train_step(rt), evaluate.make_eval_step(rt)
   flops_per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len)
+
+  def mesh_peak() -> float:  # on CPU measured anew at each log line (outside the timed window)
+    return flops_lib.peak_flops_per_device(rt.mesh.devices.flat[0],
+                                           config.train.peak_tflops)[0] * rt.mesh.devices.size
+
   peak, source = flops_lib.peak_flops_per_device(rt.mesh.devices.flat[0], config.train.peak_tflops)
   logging.info("model FLOPs: %.4g per training token; peak %.4g FLOP/s per device (%s) x %d",
                flops_per_token, peak, source, rt.mesh.devices.size)
-  logger = _Logger(workdir, config.train.steps, rt.tokens_per_step, progress,
-                   peak * rt.mesh.devices.size, flops_per_token)
+  logger = _Logger(workdir, config.train.steps, rt.tokens_per_step, progress, mesh_peak,
+                   flops_per_token)
   watch = checkpointing.PreemptionWatch(checkpointer)
   total, window, pending = config.train.steps, _Window(start), None
 
