@@ -17,6 +17,7 @@ or on CPU a measured float32 matmul rate of this process (``measured_cpu_peak``)
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 import jax
@@ -147,7 +148,8 @@ def peak_flops_per_device(device: jax.Device, configured_tflops: float = 0.0) ->
   if device.platform == "cpu":
     # Fake CPU devices share the process's cores: the measured rate is the whole machine's.
     return measured_cpu_peak() / max(len(jax.devices("cpu")), 1), "measured CPU float32 matmul"
-  raise ValueError(f"no peak FLOP/s known for device kind {kind!r}; set train.peak_tflops")
+  # Training must not stop for a missing table entry: MFU is then reported as NaN.
+  return math.nan, f"unknown for device kind {kind!r}: set train.peak_tflops"
 
 
 def mfu(flops_per_token: float, tokens_per_sec: float, peak_per_device: float,
