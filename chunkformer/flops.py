@@ -16,12 +16,10 @@ or on CPU a measured float32 matmul rate of this process (``measured_cpu_peak``)
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from chunkformer.config import AttentionConfig, ModelConfig
@@ -115,24 +113,20 @@ def train_flops_per_token(m: ModelConfig, seq_len: int) -> float:
   return 3.0 * forward_flops_per_token(m, seq_len)["total"]
 
 
-@functools.cache
-def _square(size: int) -> tuple[jax.Array, jax.stages.Wrapped]:
-  a = jax.device_put(jnp.ones((size, size), jnp.float32), jax.devices("cpu")[0])
-  return a, jax.jit(lambda x: x @ x)
-
-
 def measured_cpu_peak(size: int = 512, repeats: int = 5) -> float:
-  """FLOP/s of a jitted float32 square matmul on this process's CPU (best of ``repeats``).
+  """FLOP/s of a float32 square matmul on this machine's CPU (best of ``repeats``).
 
-  Measured anew at each call (milliseconds): on shared cores the attainable rate moves with
-  the machine's load, and MFU is only meaningful against the rate of the same moment.
+  NumPy's BLAS, not a jitted JAX matmul: the trainer calls this inside its mesh context, where
+  a single-device computation is refused. Measured anew at each call (milliseconds): on shared
+  cores the attainable rate moves with the load, and MFU is only meaningful against the rate
+  of the same moment.
   """
-  a, matmul = _square(size)
-  matmul(a).block_until_ready()
+  a = np.ones((size, size), np.float32)
+  a @ a  # warm-up (threads, caches)
   best = np.inf
   for _ in range(repeats):
     start = time.perf_counter()
-    matmul(a).block_until_ready()
+    a @ a
     best = min(best, time.perf_counter() - start)
   return 2.0 * size**3 / best
 
