@@ -33,8 +33,8 @@ FIXED = AttentionConfig(kind="fixed", window=4, chunk_size=4)
 KINDS = [
     ("full", 2, AttentionConfig(), "", "dots"),
     ("fixed", 2, FIXED, "", "full"),
-    # The boundary owner (layer 0) runs unrolled, layers 1-2 are scanned.
-    ("dynamic", 3, AttentionConfig(kind="dynamic", window=4, chunk_size=4, min_chunk=2,
+    # The boundary owner (layer 0) runs unrolled, layer 1 runs in the scan (reading `shared`).
+    ("dynamic", 2, AttentionConfig(kind="dynamic", window=4, chunk_size=4, min_chunk=2,
                                    max_chunk=8), "", "dots_no_batch"),
     ("mixed_pattern", 4, FIXED, "chunk_size=4,overlap=true;kind=full", "dots"),
 ]
