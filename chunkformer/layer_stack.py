@@ -65,7 +65,10 @@ def plan(model: ModelConfig) -> Stack:
 
 
 def stack_params(params: dict[str, Any], model: ModelConfig) -> dict[str, Any]:
-  """Plain params (``block_<l>`` per layer) -> the scanned layout of ``plan(model)``."""
+  """Plain params (``block_<l>`` per layer) -> the scanned layout of ``plan(model)``.
+
+  Takes unboxed arrays (as in a TrainState); the same map converts AdamW's mu/nu trees.
+  """
   s = plan(model)
   out = {k: v for k, v in params.items()
          if not (k.startswith("block_") and int(k.split("_")[1]) >= s.unrolled)}
