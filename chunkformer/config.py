@@ -29,6 +29,7 @@ LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
 TASKS = ("kv", "code", "corpus")
 DTYPES = ("float32", "bfloat16")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")  # chunkformer/layer_scan.py
 
 
 class ConfigError(ValueError):
@@ -223,6 +224,9 @@ class ModelConfig:
   yarn_original_len: int = 0  # tokens the compressed base was trained for; 0 = no YaRN
   yarn_beta_fast: float = 32.0  # YaRN ramp bounds (rotations), as the reference
   yarn_beta_slow: float = 1.0
+  param_dtype: str = "float32"  # parameter and optimiser-state dtype
+  remat: str = "none"  # none | full | dots | dots_no_batch: jax.checkpoint policy per block
+  scan_layers: bool = False  # nn.scan over the repeating unit of layer_pattern (layer_scan.py)
   attention: AttentionConfig = AttentionConfig()
   layer_pattern: str = ""  # per-layer attention overrides, see module docstring
 
@@ -237,6 +241,11 @@ class ModelConfig:
   @property
   def layers(self) -> tuple[AttentionConfig, ...]:
     return _resolve_layer_pattern(self.attention, self.layer_pattern, self.num_layers)
+
+  @property
+  def pattern_period(self) -> int:
+    """Layers in one repetition of ``layer_pattern`` (1 without a pattern)."""
+    return len(self.layer_pattern.split(";")) if self.layer_pattern.strip() else 1
 
   def validate(self) -> None:
     _require_positive(self, ("vocab_size", "num_layers", "d_model", "num_heads", "num_kv_heads",
@@ -255,6 +264,8 @@ class ModelConfig:
     _require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
     _require(self.norm_eps > 0, "model.norm_eps", f"must be > 0, got {self.norm_eps}")
     _one_of(self.dtype, DTYPES, "model.dtype")
+    _one_of(self.param_dtype, DTYPES, "model.param_dtype")
+    _one_of(self.remat, REMAT_POLICIES, "model.remat")
     _require(self.compressed_rope_base >= 0, "model.compressed_rope_base", "must be >= 0")
     _require(self.yarn_factor >= 1.0, "model.yarn_factor", f"must be >= 1, got {self.yarn_factor}")
     _require(self.yarn_original_len >= 0, "model.yarn_original_len", "must be >= 0 (0 = off)")
@@ -267,6 +278,24 @@ class ModelConfig:
       if layer.indexer == "lightning" and layer.topk:
         _require(layer.index_head_dim >= self.rope_dim, f"{field}.index_head_dim",
                  f"must hold the {self.rope_dim} rotating channels, got {layer.index_head_dim}")
+    if self.scan_layers:
+      self._validate_scan()
+
+  def _validate_scan(self) -> None:
+    # One traced unit serves every scanned repetition, so no layer may behave differently from
+    # the same position of another repetition (owners of shared boundaries run unscanned).
+    period = self.pattern_period
+    _require(self.num_layers % period == 0, "model.scan_layers",
+             f"num_layers {self.num_layers} is not a multiple of the layer_pattern period "
+             f"{period}; scan needs whole repetitions")
+    for i, layer in enumerate(self.layers):
+      field = f"model.attention[layer {i}]"
+      _require(layer.stagger != "layers" or layer.kind != "fixed", f"{field}.stagger",
+               "stagger='layers' gives every layer its own chunk offset; set "
+               "model.scan_layers=False")
+      _require(layer.kind != "dynamic" or layer.boundary_group == 0, f"{field}.boundary_group",
+               "boundary groups give layers different boundary owners; scanned layers need "
+               "boundary_group=0 (all layers share) or model.scan_layers=False")
 
 
 def _parse_bool(text: str) -> bool:
@@ -361,6 +390,8 @@ class TrainConfig:
   eval_batches: int = 4  # held-out batches per evaluation
   checkpoint_every: int = 200
   keep_checkpoints: int = 3
+  grad_accum_steps: int = 1  # micro-batches per update; data.batch_size is the whole update
+  peak_tflops: float = 0.0  # per-device peak for MFU; 0 = device table (chunkformer/flops.py)
 
   def validate(self) -> None:
     _require(self.steps >= 0, "train.steps", f"must be >= 0, got {self.steps}")
@@ -368,7 +399,8 @@ class TrainConfig:
     _require(0 <= self.warmup_steps, "train.warmup_steps", "must be >= 0")
     _require(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio", "must lie in [0, 1]")
     _require_positive(self, ("log_every", "eval_every", "eval_batches", "checkpoint_every",
-                             "keep_checkpoints"), "train")
+                             "keep_checkpoints", "grad_accum_steps"), "train")
+    _require(self.peak_tflops >= 0, "train.peak_tflops", "must be >= 0 (0 = device table)")
 
 
 DEFAULT_AXIS_RULES = (
@@ -388,28 +420,32 @@ DEFAULT_AXIS_RULES = (
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
-  """Device mesh. ``data = -1`` takes every device the other axes leave."""
+  """Device mesh. ``data = -1`` (or ``fsdp = -1``) takes every device the other axes leave."""
 
   data: int = -1
-  fsdp: int = 1
+  fsdp: int = 1  # -1: fully sharded data parallel over every device data and tensor leave
   tensor: int = 1
   axis_rules: tuple = DEFAULT_AXIS_RULES  # logical axis -> mesh axes
 
   def shape(self, device_count: int) -> tuple[int, int, int]:
     """Resolved (data, fsdp, tensor); raises ConfigError if it does not match the devices."""
-    for name in ("fsdp", "tensor"):
-      _require(getattr(self, name) >= 1, f"mesh.{name}", "must be >= 1")
-    _require(self.data == -1 or self.data >= 1, "mesh.data", "must be >= 1 or -1 (auto)")
-    rest = self.fsdp * self.tensor
-    data = self.data
-    if data == -1:
+    _require(self.tensor >= 1, "mesh.tensor", "must be >= 1")
+    for name in ("data", "fsdp"):
+      _require(getattr(self, name) == -1 or getattr(self, name) >= 1, f"mesh.{name}",
+               "must be >= 1 or -1 (auto)")
+    _require(self.data != -1 or self.fsdp != -1, "mesh.fsdp",
+             "only one of mesh.data and mesh.fsdp may be -1 (auto)")
+    data, fsdp = self.data, self.fsdp
+    if -1 in (data, fsdp):
+      rest = self.tensor * (fsdp if data == -1 else data)
       _require(device_count % rest == 0, "mesh",
-               f"fsdp*tensor = {rest} does not divide the {device_count} devices")
-      data = device_count // rest
-    _require(data * rest == device_count, "mesh",
-             f"data*fsdp*tensor = {data}*{self.fsdp}*{self.tensor} = {data * rest} "
+               f"the fixed mesh axes ({rest} devices) do not divide the {device_count} devices")
+      data, fsdp = (device_count // rest, fsdp) if data == -1 else (data, device_count // rest)
+    total = data * fsdp * self.tensor
+    _require(total == device_count, "mesh",
+             f"data*fsdp*tensor = {data}*{fsdp}*{self.tensor} = {total} "
              f"does not match the {device_count} devices")
-    return data, self.fsdp, self.tensor
+    return data, fsdp, self.tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +476,9 @@ class Config:
     self.data.validate()
     self.train.validate()
     self.init.validate()
+    accum = self.train.grad_accum_steps
+    _require(self.data.batch_size % accum == 0, "train.grad_accum_steps",
+             f"{accum} micro-batches do not divide data.batch_size={self.data.batch_size}")
     from chunkformer import data  # lazy: chunkformer.data imports this module
 
     for i, layer in enumerate(self.model.layers):

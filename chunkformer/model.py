@@ -1,4 +1,9 @@
-"""The decoder: a small Qwen3-style transformer with one attention kind per layer."""
+"""The decoder: a Qwen3-style transformer with one attention kind per layer.
+
+Mixed precision: parameters stay in ``model.param_dtype`` and are cast to ``model.dtype`` where
+they are used; norms, softmax statistics, pooling weights and the logits are float32.
+``model.remat`` and ``model.scan_layers`` choose how blocks are stacked (layer_stack.py).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from chunkformer import layer_stack
 from chunkformer.attention import AttentionContext, attention_class
-from chunkformer.config import ModelConfig
+from chunkformer.config import ConfigError, ModelConfig
 from chunkformer.layers import RMSNorm, SwiGLU
 
 Array = jax.Array
@@ -25,10 +31,36 @@ class Block(nn.Module):
     attn_cfg = m.layer_attention(self.layer)
     attention = attention_class(attn_cfg.kind)(m, attn_cfg, self.layer, name="attn")
     y, shared = attention(RMSNorm(eps=m.norm_eps, name="attn_norm")(x_BxTxE), ctx, shared)
-    x_BxTxE = x_BxTxE + y
-    mlp_in = RMSNorm(eps=m.norm_eps, name="mlp_norm")(x_BxTxE)
-    x_BxTxE = x_BxTxE + SwiGLU(m.mlp_dim, name="mlp")(mlp_in)
+    dtype = x_BxTxE.dtype  # the residual stream keeps its dtype (a scan carry must)
+    x_BxTxE = x_BxTxE + y.astype(dtype)
+    x_BxTxE = x_BxTxE + SwiGLU(m.mlp_dim, name="mlp")(
+        RMSNorm(eps=m.norm_eps, name="mlp_norm")(x_BxTxE)).astype(dtype)
     return nn.with_logical_constraint(x_BxTxE, ("batch", "length", "act_embed")), shared
+
+
+def block_class(model: ModelConfig, in_scan: bool) -> type[nn.Module]:
+  """Block, wrapped in ``nn.remat`` with the ``model.remat`` policy unless it is 'none'."""
+  if model.remat == "none":
+    return Block
+  # Inside a scan the loop boundary already keeps XLA from merging recomputation with the
+  # forward pass, so common-subexpression prevention would only cost performance.
+  return nn.remat(Block, policy=layer_stack.REMAT_POLICIES[model.remat], prevent_cse=not in_scan)
+
+
+class BlockUnit(nn.Module):
+  """One repetition of the layer pattern, as a scan body: (x, shared) carry, ctx broadcast."""
+
+  model: ModelConfig
+  first_layer: int  # the layer whose static behaviour every repetition shares
+
+  @nn.compact
+  def __call__(self, carry: tuple[Array, dict], ctx: AttentionContext):
+    x_BxTxE, shared = carry
+    cls = block_class(self.model, in_scan=True)
+    for j in range(self.model.pattern_period):
+      x_BxTxE, shared = cls(self.model, self.first_layer + j, name=f"block_{j}")(
+          x_BxTxE, ctx, shared)
+    return (x_BxTxE, shared), None
 
 
 class Transformer(nn.Module):
@@ -60,11 +92,24 @@ class Transformer(nn.Module):
     x_BxTxE = jnp.take(embedding, tokens_BxT, axis=0).astype(dtype)
     x_BxTxE = nn.with_logical_constraint(x_BxTxE, ("batch", "length", "act_embed"))
     shared: dict = {}
-    for layer in range(m.num_layers):
-      x_BxTxE, shared = Block(m, layer, name=f"block_{layer}")(x_BxTxE, ctx, shared)
+    stack = layer_stack.plan(m)
+    if stack.repeats and decode:
+      raise ConfigError("config field 'model.scan_layers': decoding runs the unscanned layout; "
+                        "convert params with layer_stack.unstack_params and set it False")
+    cls = block_class(m, in_scan=False)
+    for layer in range(stack.unrolled):
+      x_BxTxE, shared = cls(m, layer, name=f"block_{layer}")(x_BxTxE, ctx, shared)
+    if stack.repeats:
+      scan = nn.scan(BlockUnit, variable_axes={c: 0 for c in layer_stack.SCANNED_COLLECTIONS},
+                     split_rngs={"params": True, "phase": True}, in_axes=(nn.broadcast,),
+                     length=stack.repeats,
+                     metadata_params={nn.PARTITION_NAME: layer_stack.SCAN_AXIS_NAME})
+      (x_BxTxE, shared), _ = scan(m, stack.unrolled, name=layer_stack.SCAN_NAME)(
+          (x_BxTxE, shared), ctx)
     x_BxTxE = RMSNorm(eps=m.norm_eps, name="final_norm")(x_BxTxE)
     if m.tie_embeddings:
-      logits = jnp.einsum("bte,ve->btv", x_BxTxE, embedding.astype(dtype))
+      logits = jnp.einsum("bte,ve->btv", x_BxTxE, embedding.astype(dtype),
+                          preferred_element_type=jnp.float32)
       if m.scale_tied_logits:  # unit-scale embeddings: divide so initial logits are unit scale
         logits = logits * m.d_model**-0.5
     else:

@@ -79,12 +79,19 @@ def summarize(sums: Mapping[str, Array]) -> dict[str, float]:
 
 
 def loss_fn(params, model: nn.Module, batch: Mapping[str, Array], rng: Array | None,
-            train: bool = True) -> tuple[Array, dict[str, Array]]:
-  """Mean cross-entropy over scored tokens plus sown auxiliary losses; metric sums as aux."""
+            train: bool = True, count: Array | None = None,
+            aux_weight: float = 1.0) -> tuple[Array, dict[str, Array]]:
+  """Mean cross-entropy over scored tokens plus sown auxiliary losses; metric sums as aux.
+
+  ``count`` (default: this batch's scored tokens) divides the summed cross-entropy and
+  ``aux_weight`` scales the sown losses: a micro-batch of gradient accumulation passes the
+  whole batch's count and 1/k, so that the micro-batches' losses add up to the batch's.
+  """
   logits, aux = forward(model, params, batch, train=train, rng=rng)
   sums = metric_sums(logits, batch)
   aux_loss = _sum_sown(aux.get("aux_loss", {}))
-  loss = sums["loss_sum"] / jnp.maximum(sums["count"], 1.0) + aux_loss
+  count = sums["count"] if count is None else count
+  loss = sums["loss_sum"] / jnp.maximum(count, 1.0) + aux_weight * aux_loss
   sums["aux/loss"] = aux_loss
   sums["aux_batches"] = jnp.ones((), jnp.float32)
   for path, value in jax.tree_util.tree_leaves_with_path(aux.get("aux_metrics", {})):

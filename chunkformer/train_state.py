@@ -55,6 +55,8 @@ def init_tokens(config: Config) -> jax.ShapeDtypeStruct:
 def _boxed_init(model: nn.Module, tx: optax.GradientTransformation, config: Config):
   def init(rng: jax.Array) -> TrainState:
     params = model.init(rng, init_tokens(config))["params"]
+    dtype = jnp.dtype(config.model.param_dtype)  # the optimiser state follows the params
+    params = jax.tree.map(lambda p: p.astype(dtype) if p.dtype != dtype else p, params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
   return init
 

@@ -20,7 +20,8 @@ import optax
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from chunkformer import checkpointing, evaluate, objective, warm_start
+from chunkformer import accumulate, checkpointing, evaluate, objective, warm_start
+from chunkformer import flops as flops_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -49,8 +50,8 @@ def make_train_step(rt: runtime_lib.Runtime):
 
   def train_step(state: state_lib.TrainState, batch):
     rng = jax.random.fold_in(phase_root, state.step)
-    grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
-    (_, sums), grads = grad_fn(state.params, rt.model, batch, rng, True)
+    grads, sums = accumulate.grads_and_sums(state.params, rt.model, batch, rng,
+                                            rt.config.train.grad_accum_steps)
     updates, opt_state = rt.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     stats = {"grad_norm": optax.global_norm(grads), "learning_rate": schedule(state.step)}
@@ -82,8 +83,9 @@ class _Logger:
   """Console lines, TensorBoard events and the progress hook, all on process 0 only."""
 
   def __init__(self, workdir: str, total_steps: int, tokens_per_step: int,
-               hook: ProgressHook | None):
+               hook: ProgressHook | None, peak_fn: Callable[[], float], flops_per_token: float):
     self.total, self.tokens_per_step, self.hook = total_steps, tokens_per_step, hook
+    self.peak_fn, self.flops_per_token = peak_fn, flops_per_token  # peak FLOP/s of the mesh
     self.primary = jax.process_index() == 0
     self.writer = SummaryWriter(workdir) if self.primary else None
     self.rate = math.nan
@@ -94,15 +96,17 @@ class _Logger:
     metrics = objective.summarize(window.sums)
     eta = (self.total - step) / self.rate if self.rate > 0 else math.inf
     far = metrics.get("far_accuracy")
+    tokens_per_sec = self.rate * self.tokens_per_step
+    mfu = self.flops_per_token * tokens_per_sec / self.peak_fn()
     if self.primary:
       logging.info(
           "step %d/%d  loss %.4f  acc %.4f%s  grad_norm %.3g  lr %.3g  %.2f steps/s  "
-          "%.0f tokens/s  ETA %s", step, self.total, metrics["loss"], metrics["accuracy"],
-          "" if far is None else f"  far_acc {far:.4f}", window.stats["grad_norm"],
-          window.stats["learning_rate"], self.rate, self.rate * self.tokens_per_step,
-          _duration(eta))
+          "%.0f tokens/s  MFU %.1f%%  ETA %s", step, self.total, metrics["loss"],
+          metrics["accuracy"], "" if far is None else f"  far_acc {far:.4f}",
+          window.stats["grad_norm"], window.stats["learning_rate"], self.rate, tokens_per_sec,
+          100 * mfu, _duration(eta))
     scalars = dict(metrics, **window.stats, steps_per_sec=self.rate,
-                   tokens_per_sec=self.rate * self.tokens_per_step)
+                   tokens_per_sec=tokens_per_sec, mfu=mfu)
     self._emit(step, "train", metrics, scalars, eta)
 
   def heldout(self, step: int, metrics: dict[str, float]) -> None:
@@ -168,7 +172,17 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
                state_lib.param_count(state.params), dict(rt.mesh.shape), config.train.steps,
                rt.tokens_per_step)
   train_step, eval_step = make_train_step(rt), evaluate.make_eval_step(rt)
-  logger = _Logger(workdir, config.train.steps, rt.tokens_per_step, progress)
+  flops_per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len)
+
+  def mesh_peak() -> float:  # on CPU measured anew at each log line (outside the timed window)
+    return flops_lib.peak_flops_per_device(rt.mesh.devices.flat[0],
+                                           config.train.peak_tflops)[0] * rt.mesh.devices.size
+
+  peak, source = flops_lib.peak_flops_per_device(rt.mesh.devices.flat[0], config.train.peak_tflops)
+  logging.info("model FLOPs: %.4g per training token; peak %.4g FLOP/s per device (%s) x %d",
+               flops_per_token, peak, source, rt.mesh.devices.size)
+  logger = _Logger(workdir, config.train.steps, rt.tokens_per_step, progress, mesh_peak,
+                   flops_per_token)
   watch = checkpointing.PreemptionWatch(checkpointer)
   total, window, pending = config.train.steps, _Window(start), None
 
@@ -187,6 +201,10 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
 
   try:
     with rt.context():
+      if start < total:
+        began = time.perf_counter()
+        train_step = train_step.lower(state, rt.batch("train", start)).compile()
+        logging.info("compiled the train step in %.1f s", time.perf_counter() - began)
       for step in range(start, total):
         if watch.reached(step):
           flush()

@@ -30,6 +30,7 @@ SWEEP_RESULTS_FILE = "results.json"  # written by evaluation/sweep.py beside its
 BOOKKEEPING_FIELDS = frozenset({
     "train.log_every", "train.eval_every", "train.eval_batches", "train.checkpoint_every",
     "train.keep_checkpoints", "mesh.data", "mesh.fsdp", "mesh.tensor", "mesh.axis_rules",
+    "model.remat",  # recomputes the same values: parameters and checkpoint layout unchanged
 })
 
 

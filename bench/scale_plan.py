@@ -1,0 +1,244 @@
+"""Memory and FLOP plan of the study's model, checked by compiling its training step.
+
+  python bench/scale_plan.py            # qwen3_0p6b: full / fixed M=4 / dynamic, T = 4096 and
+                                        # 32768, meshes of 8 and 64 fake CPU devices
+  python bench/scale_plan.py --small    # qwen3_tiny (2 layers) on 8 devices, T=256 (CI test)
+
+For each case the training step (bf16 compute, float32 parameters and AdamW state, scanned
+layers, the remat policy of the case) is lowered with abstract, sharded inputs and compiled
+for a data x fsdp x tensor mesh of fake CPU devices; nothing is executed. It records the
+parameters, analytic model FLOPs per token (chunkformer/flops.py) against the compiler's
+``cost_analysis()``, the compiled peak bytes per device from ``memory_analysis()``, the compile
+time, and which accelerators the step fits at which micro-batch. The CPU compiler's buffer
+assignment is a PROXY for an accelerator's: XLA:GPU/TPU fuse and schedule differently (and
+TPU pads layouts), so treat the fits as estimates with a margin (a case "fits" when its
+estimate stays under 90% of the device's memory).
+
+Micro-batch rows per batch shard r: the step is compiled at r = 1; the bytes that do not grow
+with r (parameters, optimiser state, gradients) are measured as the step's arguments, the rest
+is taken as linear in r, so the largest r that fits is an extrapolation from r = 1 (a larger
+global batch then comes from train.grad_accum_steps). The compiler's FLOP count is XLA's HLO
+cost analysis of the same step with unscanned layers (the analysis counts a loop body once),
+lowered but not compiled; it includes rematerialisation (``full`` recomputes the forward
+pass: about 4/3 of the model FLOPs) and counts what the implementation computes (full
+attention materialises T x T scores; the blockwise compressed path computes whole blocks).
+
+Each mesh size runs in its own subprocess, since the fake device count is fixed when JAX
+starts (XLA_FLAGS=--xla_force_host_platform_device_count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
+MESHES = {8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
+FIT_FRACTION = 0.9
+
+
+def cases(small: bool, device_counts, seq_lens, variants, remats):
+  for devices in device_counts:
+    for seq_len in seq_lens:
+      for variant in variants:
+        for remat in remats:
+          yield dict(devices=devices, seq_len=seq_len, variant=variant, remat=remat,
+                     config="qwen3_tiny" if small else "qwen3_0p6b")
+
+
+def compile_case(case: dict) -> dict:
+  """Compiles one case in this process (its fake devices already set); returns its record."""
+  import jax
+  import jax.numpy as jnp
+
+  from chunkformer import config as config_lib
+  from chunkformer import data as data_lib
+  from chunkformer import flops, trainer
+  from chunkformer import runtime as runtime_lib
+  from chunkformer import train_state as state_lib
+  from configs.lm import qwen3_0p6b, qwen3_tiny
+
+  module = qwen3_tiny if case["config"] == "qwen3_tiny" else qwen3_0p6b
+  c = module.get_config(case["variant"])
+  data, fsdp, tensor = MESHES[case["devices"]]
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = data, fsdp, tensor
+  c.model.remat = case["remat"]
+  c.model.dtype = "bfloat16"
+  c.data.seq_len = case["seq_len"]
+  c.data.batch_size = data * fsdp  # one row per batch shard
+  c.train.grad_accum_steps = 1
+  if case["config"] == "qwen3_tiny":
+    c.model.num_layers = 2  # --small: the CI check, kept to seconds
+  config = config_lib.from_dict(c.to_dict())
+  rt = runtime_lib.build(config)
+  probe = data_lib.make_batch(config_lib.from_dict(
+      dict(c.to_dict(), data=dict(c.data.to_dict(), seq_len=64, batch_size=1))).data,
+      seed=0, step=0, split="train")
+  batch = {k: jax.ShapeDtypeStruct((config.data.batch_size, config.data.seq_len), v.dtype,
+                                   sharding=rt.batch_sharding) for k, v in probe.items()}
+  step = trainer.make_train_step(rt)
+  began = time.perf_counter()
+  with rt.context():
+    compiled = step.lower(rt.abstract_state, batch).compile()
+  compile_s = time.perf_counter() - began
+  mem = compiled.memory_analysis()
+  # XLA's cost analysis counts a loop body once, so the FLOPs come from the unscanned step's
+  # HLO (global, before partitioning; lowered only, never compiled).
+  unscanned = dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                    scan_layers=False))
+  rt_unscanned = runtime_lib.build(unscanned)
+  with rt_unscanned.context():
+    cost = trainer.make_train_step(rt_unscanned).lower(rt_unscanned.abstract_state,
+                                                       batch).cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  tokens = config.data.batch_size * config.data.seq_len
+  args = int(mem.argument_size_in_bytes)
+  peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+             + mem.temp_size_in_bytes)
+  params = state_lib.param_count(rt.abstract_state.params)
+  del jnp
+  return dict(case, mesh=dict(data=data, fsdp=fsdp, tensor=tensor), params=params,
+              rows_per_shard=1, global_rows=config.data.batch_size,
+              analytic_flops_per_token=flops.train_flops_per_token(config.model,
+                                                                   config.data.seq_len),
+              compiler_flops_per_token=float(cost.get("flops", float("nan"))) / tokens,
+              argument_bytes=args, temp_bytes=int(mem.temp_size_in_bytes),
+              peak_bytes=peak, compile_s=compile_s)
+
+
+def fits(record: dict) -> dict[str, int]:
+  """Largest micro-batch rows per batch shard that fit each device (0: not even 1)."""
+  fixed = record["argument_bytes"]
+  per_row = max(record["peak_bytes"] - fixed, 1)
+  out = {}
+  for name, gb in DEVICES_GB:
+    budget = FIT_FRACTION * gb * 1e9
+    out[name] = max(int((budget - fixed) // per_row), 0)
+  return out
+
+
+def worker(args) -> None:
+  todo = [json.loads(line) for line in open(args.cases)]
+  with open(args.output, "a") as out:
+    for case in todo:
+      try:
+        record = compile_case(case)
+      except Exception as e:  # a case that does not compile is a result too
+        record = dict(case, error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+      print(json.dumps(record), file=out, flush=True)
+      print(json.dumps({k: v for k, v in record.items() if k != "mesh"}), flush=True)
+
+
+def gib(x: float) -> str:
+  return f"{x / 2**30:.2f}"
+
+
+def write_report(records: list[dict], out_base: str, meta: dict) -> None:
+  with open(out_base + ".json", "w") as f:
+    json.dump(dict(meta, records=records), f, indent=2)
+  lines = [
+      "# Scale plan: the training step compiled for fake CPU meshes",
+      "",
+      f"Command: `{meta['command']}`  ",
+      f"Date: {meta['date']}, commit {meta['commit']}, load average at start / end: "
+      f"{meta['load_start']} / {meta.get('load_end', '?')} (2 shared CPU cores).",
+      "",
+      "**CPU-compiled memory is a proxy**: the peak bytes per device below are XLA:CPU's buffer "
+      "assignment for the SPMD-partitioned step, not an accelerator's (XLA:GPU/TPU fuse, "
+      "schedule and pad differently). Fits are estimates at 90% of device memory; the largest "
+      "micro-batch is extrapolated linearly from one row per batch shard. Compiler FLOPs "
+      "include rematerialisation and count what the implementation computes (full attention: "
+      "all T x T scores); analytic FLOPs are model FLOPs (causal, window + visible entries).",
+      "",
+      "| model | attention | T | devices (d x f x t) | remat | params | analytic GFLOP/token | "
+      "compiler GFLOP/token | state GiB/dev | peak GiB/dev (1 row/shard) | compile s | "
+      "max rows/shard: " + ", ".join(f"{n} {gb} GB" for n, gb in DEVICES_GB) + " |",
+      "|" + "---|" * 12,
+  ]
+  for r in records:
+    mesh = "x".join(str(x) for x in MESHES[r["devices"]])
+    head = (f"| {r['config']} | {r['variant']} | {r['seq_len']} | {r['devices']} ({mesh}) | "
+            f"{r['remat']} |")
+    if "error" in r:
+      lines.append(head + f" compile failed: {r['error']} |" + " |" * 6)
+      continue
+    fit = fits(r)
+    lines.append(
+        head + f" {r['params'] / 1e6:.1f}M | {r['analytic_flops_per_token'] / 1e9:.3f} | "
+        f"{r['compiler_flops_per_token'] / 1e9:.3f} | {gib(r['argument_bytes'])} | "
+        f"{gib(r['peak_bytes'])} | {r['compile_s']:.1f} | "
+        + ", ".join(str(fit[n]) for n, _ in DEVICES_GB) + " |")
+  lines += ["", "0 rows/shard: one row per batch shard does not fit that device; "
+            "with rows r the global batch is r x data x fsdp rows (x grad_accum_steps)."]
+  if meta.get("notes"):
+    lines += ["", *meta["notes"]]
+  with open(out_base + ".md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def load() -> str:
+  return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--small", action="store_true", help="qwen3_tiny, 8 devices, T=256")
+  p.add_argument("--devices", default="8,64")
+  p.add_argument("--seq_lens", default="4096,32768")
+  p.add_argument("--variants", default="full,fixed,dynamic")
+  p.add_argument("--remats", default="full")
+  p.add_argument("--out", default="bench/results/scale_plan")
+  p.add_argument("--resume", action="store_true", help="keep the compiled cases of --out")
+  p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--cases", help=argparse.SUPPRESS)
+  p.add_argument("--output", help=argparse.SUPPRESS)
+  args = p.parse_args()
+  if args.worker:
+    worker(args)
+    return
+  if args.small:
+    args.devices, args.seq_lens = "8", "256"
+  device_counts = [int(x) for x in args.devices.split(",")]
+  todo = list(cases(args.small, device_counts, [int(x) for x in args.seq_lens.split(",")],
+                    args.variants.split(","), args.remats.split(",")))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  records: list[dict] = []
+  if args.resume and os.path.exists(args.out + ".json"):  # keep the cases that compiled
+    records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
+    done = [{k: r[k] for k in todo[0]} for r in records] if todo else []
+    todo = [c for c in todo if c not in done]
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+  meta = dict(command="python bench/scale_plan.py " + " ".join(sys.argv[1:]),
+              date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+              commit=commit, load_start=load())
+  os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+  with tempfile.TemporaryDirectory() as tmp:
+    for devices in device_counts:
+      mine = [c for c in todo if c["devices"] == devices]
+      case_file, out_file = os.path.join(tmp, f"cases{devices}"), os.path.join(tmp, f"out{devices}")
+      with open(case_file, "w") as f:
+        f.writelines(json.dumps(c) + "\n" for c in mine)
+      env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                 JAX_PLATFORMS="cpu", PYTHONPATH=root)
+      # As a module from the repository root: run as a script, bench/ would come first on
+      # sys.path and bench/kernels.py would shadow the kernels package.
+      proc = subprocess.Popen([sys.executable, "-m", "bench.scale_plan", "--worker", "--cases",
+                               case_file, "--output", out_file], env=env, cwd=root)
+      proc.wait()
+      if os.path.exists(out_file):
+        records += [json.loads(line) for line in open(out_file)]
+      meta["load_end"] = load()
+      write_report(records, args.out, meta)  # after each mesh: partial results survive
+  print(open(args.out + ".md").read())
+
+
+if __name__ == "__main__":
+  main()
