@@ -203,7 +203,9 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
     with rt.context():
       if start < total:
         began = time.perf_counter()
-        train_step = train_step.lower(state, rt.batch("train", start)).compile()
+        # Lowered on a held-out batch (same structure and shardings): reading a training
+        # batch here would advance a corpus feed's iterator past the step it must resume at.
+        train_step = train_step.lower(state, rt.batch("heldout", 0)).compile()
         logging.info("compiled the train step in %.1f s", time.perf_counter() - began)
       for step in range(start, total):
         if watch.reached(step):
