@@ -12,3 +12,17 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR",
     os.path.join(tempfile.gettempdir(), f"chunkformer-test-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+import jax  # noqa: E402  (after the cache settings above, which must precede jax's start)
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fast_compiles():
+  """Interpret-mode kernels are large XLA programs; optimising them costs more than running
+  them, so modules that compile many of them skip XLA's optimisations."""
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)

@@ -18,12 +18,7 @@ from tests import kernel_cases as kc
 IMPLEMENTATIONS = kernels.IMPLEMENTATIONS
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compiles():
-  previous = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
 
 
 def _normal(rng, *shape, dtype=jnp.float32):

@@ -15,12 +15,7 @@ from chunkformer.model import Transformer
 T, VOCAB, STEPS = 24, 32, 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compiles():
-  previous = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
 
 
 def _batch():

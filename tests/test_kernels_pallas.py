@@ -25,13 +25,7 @@ SMALL_GPU = kernels.AttentionBlockSizes(block_q=16, block_k=16, block_c=16, bloc
 SMALL_TPU = kernels.AttentionBlockSizes(block_q=8, block_k=16, block_c=8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compiles():
-  # Interpret-mode kernels are large XLA programs; optimising them costs more than running them.
-  previous = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
 
 
 @functools.cache
