@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import subprocess
 import sys
@@ -30,6 +29,7 @@ sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 
+from bench import results_io  # noqa: E402
 from chunkformer import config as config_lib  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
 from chunkformer import sharding as sharding_lib  # noqa: E402
@@ -113,14 +113,8 @@ def main() -> None:
           ("loop: share of time waiting for data", f"{100 * waited / loop_s:.1f}%"),
           ("load average (1, 5, 15 min)", " ".join(f"{x:.2f}" for x in load)),
           ("date, commit", f"{result['date_utc']} UTC, {commit}")]
-  width = max(len(k) for k, _ in rows)
-  for key, value in rows:
-    print(f"{key:<{width}}  {value}")
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, f"data_loader_{args.tokenizer}.json")
-  with open(path, "w") as f:
-    json.dump(result, f, indent=2, sort_keys=True)
-  print(f"wrote {path}")
+  results_io.print_rows(rows)
+  results_io.write_json(args.out, f"data_loader_{args.tokenizer}.json", result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,7 @@ sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 
+from bench import results_io  # noqa: E402
 from chunkformer import config as config_lib  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
 from chunkformer import trainer  # noqa: E402
@@ -116,11 +116,7 @@ def main() -> None:
   result["goal"] = "dynamic_router throughput >= 0.85x fixed"
   result["goal_met"] = ratio >= 0.85
   print(f"goal (router >= 0.85x fixed): {'met' if ratio >= 0.85 else 'NOT met'} ({ratio:.2f}x)")
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, f"dynamic_overhead_{result['platform']}.json")
-  with open(path, "w") as f:
-    json.dump(result, f, indent=2, sort_keys=True)
-  print(f"wrote {path}")
+  results_io.write_json(args.out, f"dynamic_overhead_{result['platform']}.json", result)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ model FLOPs utilisation against that ceiling. Prints a table; writes JSON to ben
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -26,6 +25,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from bench import results_io  # noqa: E402
 from chunkformer import config as config_lib  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
 from chunkformer import trainer  # noqa: E402
@@ -118,14 +118,9 @@ def main() -> None:
           (f"matmul {args.matmul_size}^3 GFLOP/s", f"{ceiling:.1f}"),
           ("utilisation of matmul speed", f"{100 * achieved / ceiling:.0f}%"),
           ("host data, one batch", f"{data_s * 1e3:.0f} ms")]
-  width = max(len(k) for k, _ in rows)
-  for key, value in rows:
-    print(f"{key:<{width}}  {value}")
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, f"train_step_{result['platform']}{result['devices']}.json")
-  with open(path, "w") as f:
-    json.dump(result, f, indent=2, sort_keys=True)
-  print(f"wrote {path}")
+  results_io.print_rows(rows)
+  results_io.write_json(args.out, f"train_step_{result['platform']}{result['devices']}.json",
+                        result)
 
 
 if __name__ == "__main__":
