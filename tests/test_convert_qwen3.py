@@ -92,6 +92,8 @@ def test_export_refuses_existing_files_and_compressed_layers(imported, tmp_path)
   compressed = dataclasses.replace(config.model, layer_pattern="kind=fixed,window=8;")
   with pytest.raises(qwen3.ConfigError, match="model.attention.kind"):
     qwen3.exportable(compressed)
+  with pytest.raises(qwen3.ConfigError, match="model.scan_layers"):
+    qwen3.exportable(dataclasses.replace(config.model, scan_layers=True))
 
 
 # ---- bad input: each refused before anything is written, naming the file or setting ----

@@ -129,6 +129,8 @@ def exportable(model: ModelConfig) -> None:
       (model.key_shift == 0, "model.key_shift", "Qwen3 has no token shift"),
       (not (model.tie_embeddings and model.scale_tied_logits), "model.scale_tied_logits",
        "Qwen3's tied head is unscaled; set it False"),
+      (not model.scan_layers, "model.scan_layers",
+       "export reads per-layer parameters; convert them with layer_stack.unstack_params"),
   )
   for ok, field, message in checks:
     if not ok:
