@@ -56,3 +56,31 @@ def sweep_config(variants: Mapping[str, ml_collections.ConfigDict], *,
   config.overrides = ml_collections.ConfigDict(nest(overrides or {}))
   config.variants = ml_collections.ConfigDict({name: v for name, v in variants.items()})
   return config
+
+
+SEED_SEPARATOR = "_seed"
+
+
+def seeded_units(variants: Mapping[str, tuple[ml_collections.ConfigDict, int]]
+                 ) -> dict[str, ml_collections.ConfigDict]:
+  """{name: (variant, n)} -> one unit per seed, ``name_seed<k>`` with ``seed: k`` added.
+
+  Units come seed-major (every repeated variant's seed 0, then seed 1, ...; single-seed
+  variants last), so a sweep stopped part way holds the most useful units; ``unit_variant``
+  reads the name back.
+  """
+  def unit(name: str, k: int) -> tuple[str, ml_collections.ConfigDict]:
+    definition = ml_collections.ConfigDict(variants[name][0].to_dict())
+    definition.overrides.seed = k
+    return f"{name}{SEED_SEPARATOR}{k}", definition
+
+  repeated = {name: n for name, (_, n) in variants.items() if n > 1}
+  units = dict(unit(name, k) for k in range(max(repeated.values(), default=0))
+               for name, n in repeated.items() if k < n)
+  units.update(unit(name, 0) for name, (_, n) in variants.items() if n == 1)
+  return units
+
+
+def unit_variant(unit: str) -> str:
+  """"fixed_m4_seed2" -> "fixed_m4" (a name without a seed suffix is its own variant)."""
+  return unit.rsplit(SEED_SEPARATOR, 1)[0] if SEED_SEPARATOR in unit else unit
