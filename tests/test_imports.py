@@ -121,3 +121,11 @@ def test_no_module_is_over_max_lines(directory):
   too_long = {os.path.relpath(f, ROOT): n for f in files
               if (n := sum(1 for _ in open(f))) > MAX_LINES}
   assert not too_long, f"modules over {MAX_LINES} lines (split them): {too_long}"
+
+
+def test_config_sections_import_nothing_from_chunkformer():
+  # The leaf that lets data/ use its section while config.py imports data/ (see its __init__).
+  graph = _graph(_modules())
+  assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.config_sections")
+              for t in targets if t.startswith("chunkformer") and
+              not t.startswith("chunkformer.config_sections")}
