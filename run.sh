@@ -36,7 +36,7 @@ case "$job" in
     exec "$VENV/bin/python" eval.py --config configs/sweeps/demo.py \
       --workdir "${CHUNKFORMER_WORKDIR:-runs/demo}" "$@" ;;
   test)
-    "$VENV/bin/ruff" check chunkformer kernels configs tests bench train.py eval.py
+    "$VENV/bin/ruff" check chunkformer kernels configs tests bench scripts train.py eval.py
     CHUNKFORMER_FAST=1 exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile \
       tests --nbmake notebooks "$@" ;;
   python)

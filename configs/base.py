@@ -1,6 +1,6 @@
 """Defaults shared by every config: the frozen dataclass defaults of chunkformer.config.
 
-Field meanings and units are documented once, on the dataclasses in chunkformer/config.py.
+Field meanings and units are documented once, on the dataclasses in chunkformer/config_sections/.
 """
 
 import ml_collections

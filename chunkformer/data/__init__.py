@@ -29,7 +29,8 @@ import os
 
 import numpy as np
 
-from chunkformer.config import ConfigError, DataConfig
+from chunkformer.config_sections.data import DataConfig
+from chunkformer.config_sections.errors import ConfigError
 from chunkformer.data import builtin, code, code_needles, kv
 
 SPLITS = ("train", "heldout")
@@ -59,7 +60,9 @@ def _corpus_vocab_size(path: str, tokenizer: str) -> int:
 
 
 def check_config(config: DataConfig) -> None:
-  """Task-specific checks that rows fit in data.seq_len; raises ConfigError naming the field."""
+  """Every check of the data section: its fields alone (``DataConfig.validate_fields``), then the
+  task's (rows fit in data.seq_len, the corpus exists); raises ConfigError naming the field."""
+  config.validate_fields()
   if config.task == "kv":
     if config.num_symbols**config.key_len < config.num_pairs:
       raise ConfigError(
@@ -113,7 +116,7 @@ def make_batch(config: DataConfig, *, seed: int, step: int, split: str,
   Returns the arrays of the module docstring, each [B/P, data.seq_len]. Raises ValueError for
   an unknown split and ConfigError if process_count does not divide data.batch_size.
   """
-  config.validate()
+  check_config(config)
   if config.task == "corpus":
     if split != "heldout":
       raise ValueError("task 'corpus' reads training batches in order through its Grain "

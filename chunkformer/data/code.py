@@ -29,7 +29,8 @@ import sysconfig
 
 import numpy as np
 
-from chunkformer.config import ConfigError, DataConfig
+from chunkformer.config_sections.data import DataConfig
+from chunkformer.config_sections.errors import ConfigError
 
 BOS = 256
 PAD = 257

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunkformer.config import DataConfig
+from chunkformer.config_sections.data import DataConfig
 from chunkformer.data import code
 
 KEY_CHARS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)

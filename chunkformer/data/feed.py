@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.config import ConfigError
+from chunkformer.config_sections.errors import ConfigError
 from chunkformer.data import builtin, corpus, ingest
 from chunkformer.data import tokenizer as tokenizer_lib
 

@@ -51,7 +51,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunkformer.config import DataConfig
+from chunkformer.config_sections.data import DataConfig
 
 PAD = 0
 BOS = 1

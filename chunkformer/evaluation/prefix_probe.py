@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from chunkformer import data as data_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, code_needles, kv
 from chunkformer.evaluation import needle_sweep
@@ -78,7 +79,7 @@ def base_config(config: DataConfig, spec: PrefixSpec) -> DataConfig:
   try:
     if base.seq_len < 1:
       raise ConfigError(f"config field 'data.seq_len': {base.seq_len} tokens left")
-    base.validate()
+    data_lib.check_config(base)
   except ConfigError as e:
     raise ConfigError(
         f"config field 'sweep.prefix_max': prefixes up to {spec.max_prefix} tokens leave "

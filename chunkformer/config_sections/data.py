@@ -1,0 +1,52 @@
+"""The data section (``data``): which task, row length and batch size, and the task's knobs.
+
+Only the fields' own checks live here. Whether a task's rows fit in ``seq_len``, which token ids
+it emits and whether a corpus exists are known by the task modules, so those checks are
+``chunkformer.data.check_config`` (which runs ``validate_fields`` first); ``Config.validate``
+runs them for the whole run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from chunkformer.config_sections.errors import one_of, require, require_positive
+
+TASKS = ("kv", "code", "corpus")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Offline, deterministic data. Lengths in tokens."""
+
+  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes) | corpus (shards)
+  seq_len: int = 256  # T tokens per row
+  batch_size: int = 32  # global rows per step (split over processes)
+  # Key-value retrieval.
+  num_pairs: int = 16  # key-value pairs planted per row
+  key_len: int = 1  # tokens per key
+  value_len: int = 1  # tokens per value
+  num_queries: int = 4  # queries at the end of each row (training signal)
+  num_symbols: int = 64  # distinct key/value symbol tokens
+  num_filler: int = 4  # distinct filler tokens in the kv haystack
+  near_distance: int = 64  # a needle within this many tokens of its query counts as near
+  # Code corpus.
+  code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
+  heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
+  # Ingested corpus (task "corpus", chunkformer/data/corpus.py).
+  path: str = ""  # directory written by chunkformer.data.ingest, or "builtin:stdlib"
+  tokenizer: str = ""  # must hash like the shards' ("" = theirs); builtin: "bytes" | "bpe:N"
+  read_threads: int = 2  # Grain threads reading and decoding documents
+
+  def validate_fields(self) -> None:
+    """Checks of each field alone; the task checks are chunkformer.data.check_config."""
+    one_of(self.task, TASKS, "data.task")
+    require_positive(self, ("seq_len", "batch_size", "num_pairs", "key_len", "value_len",
+                            "num_queries", "num_symbols"), "data")
+    require(self.num_queries <= self.num_pairs, "data.num_queries",
+            f"must be <= num_pairs ({self.num_pairs}), got {self.num_queries}")
+    require(0.0 < self.heldout_fraction < 1.0, "data.heldout_fraction", "must lie in (0, 1)")
+    require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
+    require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
+    require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
+    require(self.read_threads >= 0, "data.read_threads", "must be >= 0")
