@@ -37,8 +37,13 @@ SHARED = {
 def get_config():
   return sweep_config(
       {
-          # The control: full attention with its configured width-2 key shift.
+          # The calibrated control: full attention with its configured width-2 key shift (and
+          # no sliding window); it differs from fixed_m4 in more than attention, see below.
           "full": variant("configs/kv_full.py"),
+          # The matched control: the fixed model's config with full attention; the resolved
+          # configs differ in model.attention.kind alone (no key shift, window ignored by full).
+          "full_matched": variant("configs/kv_chunk.py", {"model.attention.kind": "full",
+                                                          "model.key_shift": 0}),
           # The blind spot: fixed chunks of 4, no key shift (the shift is a cure).
           "fixed_m4": variant("configs/kv_chunk.py", {"model.attention.chunk_size": 4,
                                                       "model.key_shift": 0}),
