@@ -257,3 +257,15 @@ def test_bits_per_byte_by_hand():
   assert loss_phase.bits_per_byte(loss * 7 * (1 - mask) + loss, mask)[0] == pytest.approx(1.0)
   with pytest.raises(ConfigError, match="chunk_size"):
     loss_phase.loss_by_phase(loss, mask, 1)
+
+
+def test_site_weights_stack_seeds_and_drop_incomplete_sites():
+  def analysis(value, with_second):
+    sites = [{"site": "block_0/attn/compressor", "realised_weight": [[value, 1 - value]]}]
+    if with_second:
+      sites.append({"site": "block_1/attn/compressor", "realised_weight": [[0.5, 0.5]]})
+    return {"sites": sites}
+
+  stacked = slot_null.site_weights([analysis(0.2, True), analysis(0.4, False)])
+  assert list(stacked) == ["block_0/attn/compressor"]
+  np.testing.assert_allclose(stacked["block_0/attn/compressor"], [[[0.2, 0.8]], [[0.4, 0.6]]])

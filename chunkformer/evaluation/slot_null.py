@@ -31,6 +31,7 @@ its value at initialisation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,21 @@ def _summary(values_N: np.ndarray, confidence: float) -> dict[str, Any]:
   est = seed_interval(values_N, confidence)
   return {"per_seed": [float(v) for v in values_N], "mean": est.mean, "low": est.low,
           "high": est.high}
+
+
+def site_weights(analyses: Sequence[Mapping[str, Any]],
+                 key: str = "realised_weight") -> dict[str, np.ndarray]:
+  """Per compressor site, the [N, K, S'] stack over seeds of ``key`` (``bias_weight`` too).
+
+  ``analyses`` holds one ``slot_gain.analyze`` result per seed (or the init model of each
+  seed, in the same order). Sites lacking ``key`` in some seed are left out.
+  """
+  found: dict[str, list] = {}
+  for analysis in analyses:
+    for site in analysis.get("sites", []):
+      if site.get(key) is not None:
+        found.setdefault(site["site"], []).append(np.asarray(site[key], np.float64))
+  return {name: np.stack(rows) for name, rows in found.items() if len(rows) == len(analyses)}
 
 
 def slot_gain_null(trained, init=None, *, num_permutations: int = 2000, alpha: float = 0.05,
