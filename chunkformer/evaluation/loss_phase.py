@@ -19,10 +19,15 @@ Method (fixed before the data):
    of r over blocks at phase g; the *amplitude* is its max minus min, the *periodic share*
    the between-phase sum of squares over the total sum of squares of r in the blocks.
 3. Permutation test: the M values of each block are shuffled, independently per block and
-   per draw. Under "no phase effect" the values inside one block are exchangeable up to
-   curvature of the trend over M tokens, and the expected between-phase sum of squares equals
-   its permutation mean whatever the correlation of neighbouring positions, because each block
-   is shuffled as a whole. p = (1 + #{null >= observed}) / (1 + R).
+   per draw. Statistic: the between-phase sum of squares of the even-numbered blocks plus that
+   of the odd-numbered blocks. With blocks that share no noise, its expectation under "no
+   phase effect" equals its permutation mean whatever the correlation of positions inside a
+   block; the moving average makes the residuals of ADJACENT blocks share noise (a same-phase
+   correlation of about +2% at M = 4), blocks two apart share none, hence the parity split.
+   Measured false-positive rate at alpha = 0.05 over 300 simulated nulls (N = 32 rows,
+   T = 256, trend 3 / sqrt(1 + t), M = 4): 0.053 with independent noise, 0.063 / 0.060 with
+   AR(1) noise of correlation 0.5 / 0.8 along the row (one statistic over all blocks: 0.063,
+   0.073, 0.083). p = (1 + #{null >= observed}) / (1 + R).
 4. Intervals resample rows (held-out sequences are independent): percentile intervals for the
    per-phase loss and excess, a basic interval for the amplitude (a max-min, biased upwards),
    and for bits per byte.
@@ -94,8 +99,13 @@ def _blocks(num_positions: int, chunk_size: int, origin: int) -> np.ndarray:
 
 
 def _between_ss(blocks_XxBxM: np.ndarray) -> np.ndarray:
-  means = blocks_XxBxM.mean(axis=-2)
-  return blocks_XxBxM.shape[-2] * ((means - means.mean(axis=-1, keepdims=True)) ** 2).sum(-1)
+  """Between-phase sum of squares of the even blocks plus that of the odd blocks (step 3)."""
+  total = 0.0
+  for parity in (0, 1):
+    part = blocks_XxBxM[..., parity::2, :]
+    means = part.mean(axis=-2)
+    total = total + part.shape[-2] * ((means - means.mean(axis=-1, keepdims=True)) ** 2).sum(-1)
+  return total
 
 
 def _curves(weights_RxN: np.ndarray, loss: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -197,7 +207,8 @@ def loss_by_phase(loss_NxT, mask_NxT, chunk_size: int, *, origin: int = 0,
       "excess_by_phase_high": _jsonable(high_M),
       "amplitude": amplitude, "amplitude_low": max(0.0, 2 * amplitude - float(amp_high[0])),
       "amplitude_high": 2 * amplitude - float(amp_low[0]),
-      "periodic_share": observed_ss / total if total > 0 else 0.0,
+      "periodic_share": (blocks_BxM.shape[0] * float(np.sum((excess_M - excess_M.mean()) ** 2))
+                         / total if total > 0 else 0.0),
       "p_value": p_value, "num_blocks": int(blocks_BxM.shape[0]),
       "mean_loss": float((loss * mask).sum() / mask.sum()),
       "bits_per_byte": bpb[0], "bits_per_byte_low": bpb[1], "bits_per_byte_high": bpb[2],

@@ -17,7 +17,10 @@ interval spans seed-to-seed as well as haystack-to-haystack variation.
 
 Interval: basic (reflected) bootstrap, as for the gap itself: ``[2d - q_high, 2d - q_low]`` of
 the resampled differences, clipped to [-1, 1]; the max-min gaps are biased upwards and the
-reflection corrects the bias to first order.
+reflection corrects the bias to first order. Measured coverage of a 95% interval over 200
+simulations of the tests' construction (S = 64 haystacks, K = 32 offsets, A at M = 2 and B at
+M = 4 sharing a haystack effect on the weak phase, 500 resamples): 0.94 at a true difference
+of -0.25 and 0.935 at 0; unpaired 0.99 and 0.995 with intervals 1.55x as wide.
 """
 
 from __future__ import annotations
