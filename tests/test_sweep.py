@@ -41,7 +41,9 @@ SPEC = needle_sweep.NeedleSweepSpec(num_offsets=12, num_haystacks=3, depths=(0.0
 TINY = dict(name="tiny", num_offsets=12, num_haystacks=3, depths=(0.0, 1.0), prefix_prompts=2,
             prefix_max=8, slot_gain_rows=8, eval_batch_size=8, num_resamples=50,
             num_permutations=50)
-SMOKE = variant("configs/smoke.py", {"train.steps": 2, "train.checkpoint_every": 2})
+# One query per row: the tiny sweep window (12 offsets) fits seq_len 32 beside one query block.
+SMOKE = variant("configs/smoke.py", {"train.steps": 2, "train.checkpoint_every": 2,
+                                     "data.num_queries": 1})
 
 
 @pytest.mark.parametrize("depth_index", [0, 1, 2])

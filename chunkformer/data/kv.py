@@ -30,11 +30,12 @@ Vocabulary (``vocab_size(config)`` ids in all, 71 for the defaults):
   symbols ``symbol_base(config) .. symbol_base(config) + num_symbols - 1``.
 
 Sweep recipe (DESIGN.md section 8): sample one layout whose reserved window holds no needle,
-then move ONE needle through the window; every other token stays identical (tested)::
+then move ONE needle through the window; every other token stays identical (tested). The rows
+ask ``data.num_queries`` queries like training rows, the moved needle first::
 
   rng = np.random.default_rng(haystack_seed)
-  start, stop = sweep_window(config, num_offsets=K, depth=0.5, num_queries=1)
-  base = with_queries(sample_layout(rng, config, reserved=(start, stop), num_queries=1), (0,))
+  start, stop = sweep_window(config, num_offsets=K, depth=0.5, num_queries=config.num_queries)
+  base = with_first_query(sample_layout(rng, config, reserved=(start, stop)), 0)
   layouts = [with_pair_at(base, 0, start + k) for k in range(K)]
   batch = render_many(layouts, config)          # [K, T] arrays, one row per offset
   spans = [query_spans(l)[0] for l in layouts]  # answer target range and distance per row
@@ -251,6 +252,18 @@ def with_queries(layout: Layout, queries: Sequence[int]) -> Layout:
   changed = dataclasses.replace(layout, queries=tuple(int(q) for q in queries))
   _check_layout(changed)
   return changed
+
+
+def with_first_query(layout: Layout, pair_index: int) -> Layout:
+  """The same layout with needle ``pair_index`` asked by the first query block.
+
+  The number of queries stays. If the needle was asked already it moves to the front and the
+  others keep their order; otherwise it replaces the last asked needle. Applied to a layout
+  from ``sample_layout`` (uniformly random ordered queries) the other blocks ask a uniformly
+  random ordered subset of the other needles, and no randomness is drawn.
+  """
+  others = [q for q in layout.queries if q != pair_index][:len(layout.queries) - 1]
+  return with_queries(layout, (pair_index, *others))
 
 
 def query_spans(layout: Layout) -> tuple[QuerySpan, ...]:

@@ -3,9 +3,17 @@
 For each depth (far = 0, middle = 0.5, near = 1: where the window sits in the haystack) and
 each of S haystacks, one layout is sampled with a reserved window free of needles; the queried
 needle is then moved through K consecutive offsets inside that window while every other token
-(the other needles, the filler, the single query and the total length) stays identical. The
+(the other needles, the filler, the query blocks and the total length) stays identical. The
 K*S rows go through the model in jitted batches; a needle is retrieved when every answer token
 is predicted exactly (greedy), and the fraction of answer tokens right is kept too.
+
+In-distribution rows: a row asks ``data.num_queries`` queries, as training rows do. The moved
+needle is asked by the FIRST query block (so the answer position is the same in every row of a
+depth); the other blocks ask other needles of the haystack, a uniformly random ordered subset
+drawn with the haystack (every sweep row is thus a possible training row). Only the moved
+needle's answer is scored (``answer_start_N``/``answer_stop_N``, ``distance_N``): it is the
+one whose phase the sweep varies; the other answers stay in the rows' ``loss_mask``. With
+``data.num_queries = 1`` the rows are exactly those of the earlier one-query sweep.
 
 Row order: row ``s * K + k`` is haystack s with the needle at ``offsets_K[k]``. Window starts
 are multiples of ``spec.align`` (the sweep passes the least common multiple of its chunk
@@ -83,10 +91,11 @@ def window(config: DataConfig, spec: NeedleSweepSpec, depth: float) -> tuple[int
   if spec.num_offsets < 2:
     raise ConfigError(f"config field 'sweep.num_offsets': need >= 2 offsets, got "
                       f"{spec.num_offsets}")
-  hay_stop = kv.query_start(config, 1)
+  hay_stop = kv.query_start(config)
   width = spec.num_offsets - 1 + kv.needle_len(config)
   try:
-    start, _ = kv.sweep_window(config, num_offsets=spec.num_offsets, depth=depth, num_queries=1)
+    start, _ = kv.sweep_window(config, num_offsets=spec.num_offsets, depth=depth,
+                               num_queries=config.num_queries)
   except ValueError as e:
     raise ConfigError(
         f"config field 'sweep.num_offsets': {spec.num_offsets} offsets of a "
@@ -110,13 +119,13 @@ def _base_layout(config: DataConfig, spec: NeedleSweepSpec, depth_index: int, ha
                  reserved: tuple[int, int]) -> kv.Layout:
   rng = _haystack_rng(spec, depth_index, haystack)
   try:
-    layout = kv.sample_layout(rng, config, reserved=reserved, num_queries=1)
+    layout = kv.sample_layout(rng, config, reserved=reserved)
   except ValueError as e:
     raise ConfigError(
         f"config field 'data.num_pairs': {config.num_pairs} needles do not fit outside the "
         f"sweep window {reserved} of data.seq_len = {config.seq_len} ({e}); use fewer "
         "sweep.num_offsets or a longer sequence") from None
-  return kv.with_queries(layout, (0,))
+  return kv.with_first_query(layout, 0)
 
 
 def check_fits(config: DataConfig, spec: NeedleSweepSpec) -> None:
@@ -144,7 +153,7 @@ def build(config: DataConfig, spec: NeedleSweepSpec) -> list[SweepRows]:
     for haystack in range(spec.num_haystacks):
       base = _base_layout(config, spec, index, haystack, (start, stop))
       layouts += [kv.with_pair_at(base, 0, int(o)) for o in offsets_K]
-    spans = [kv.query_spans(layout)[0] for layout in layouts]
+    spans = [kv.query_spans(layout)[0] for layout in layouts]  # the moved needle's query
     out.append(SweepRows(
         depth=float(depth), offsets_K=offsets_K, rows=kv.render_many(layouts, config),
         answer_start_N=np.array([s.answer_start for s in spans]),

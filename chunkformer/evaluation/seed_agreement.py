@@ -1,0 +1,99 @@
+"""Verdicts over training seeds: how many seeds agree, the seed-pooled test, intervals.
+
+Rule (issue 15, fixed before the data): a claim is REPRODUCED when it holds in at least
+``min_agree`` of the n seeds (2 of 3 by default) AND the seed-pooled test agrees; NOT
+REPRODUCED when it holds in fewer seeds AND the pooled test does not hold either; otherwise
+(the seeds and the pooled test disagree, or fewer than ``min_agree`` seeds exist) INCONCLUSIVE
+with the reason. With 2 seeds and the default, both must hold.
+
+Pooling: a sweep's haystack rows of every seed stacked as more haystacks (``pool_seeds``), so
+that the pooled statistics and permutation tests are those of ``stats`` on N*S rows.
+Intervals across seeds (``seed_interval``): Student-t over the per-seed values, which is wide
+with 2 or 3 seeds, as it should be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from chunkformer.evaluation.estimates import Estimate, _fail
+
+REPRODUCED = "REPRODUCED"
+NOT_REPRODUCED = "NOT REPRODUCED"
+INCONCLUSIVE = "INCONCLUSIVE"
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedAgreement:
+  """The combined verdict of per-seed results and the seed-pooled test."""
+
+  holds: int  # seeds in which the claim holds
+  seeds: int  # seeds tested
+  min_agree: int
+  pooled_holds: bool
+  verdict: str  # REPRODUCED | NOT REPRODUCED | INCONCLUSIVE
+  reason: str  # one clause; empty when the seeds and the pooled test agree
+
+  @property
+  def count(self) -> str:
+    """'2/3': seeds agreeing out of seeds tested."""
+    return f"{self.holds}/{self.seeds}"
+
+  def record(self) -> dict:
+    return {"seeds_agreeing": self.count, "holds": self.holds, "seeds": self.seeds,
+            "min_agree": self.min_agree, "pooled_holds": self.pooled_holds,
+            "verdict": self.verdict, "reason": self.reason}
+
+
+def seed_agreement(holds_per_seed: Sequence[bool], pooled_holds: bool, *,
+                   min_agree: int = 2) -> SeedAgreement:
+  """The verdict of a claim from its per-seed outcomes and the pooled test (module rule)."""
+  flags = [bool(h) for h in holds_per_seed]
+  if min_agree < 1:
+    _fail("min_agree", f"must be >= 1, got {min_agree}")
+  holds, seeds, pooled = sum(flags), len(flags), bool(pooled_holds)
+  if seeds < min_agree:
+    verdict, reason = INCONCLUSIVE, f"only {seeds} seed(s) tested; the rule needs {min_agree}"
+  elif holds >= min_agree and pooled:
+    verdict, reason = REPRODUCED, ""
+  elif holds < min_agree and not pooled:
+    verdict, reason = NOT_REPRODUCED, ""
+  elif pooled:
+    verdict = INCONCLUSIVE
+    reason = f"the seed-pooled test holds but only {holds}/{seeds} seeds (need {min_agree})"
+  else:
+    verdict = INCONCLUSIVE
+    reason = f"{holds}/{seeds} seeds hold but the seed-pooled test does not"
+  return SeedAgreement(holds, seeds, min_agree, pooled, verdict, reason)
+
+
+def pool_seeds(correct_NxSxK) -> np.ndarray:
+  """[N, S, K] outcomes (or a list of [S_n, K]) as one [sum S_n, K] matrix of haystack rows."""
+  if isinstance(correct_NxSxK, np.ndarray):
+    arrays = list(correct_NxSxK) if correct_NxSxK.ndim == 3 else [correct_NxSxK]
+  else:
+    arrays = [np.asarray(x, np.float64) for x in correct_NxSxK]
+  if not arrays or any(np.ndim(x) != 2 for x in arrays):
+    _fail("correct_NxSxK", "expected [N, S, K] or a non-empty list of [S, K] matrices")
+  if len({np.shape(x)[1] for x in arrays}) != 1:
+    _fail("correct_NxSxK", f"seeds have different offsets: {[np.shape(x) for x in arrays]}")
+  return np.concatenate([np.asarray(x, np.float64) for x in arrays], axis=0)
+
+
+def seed_interval(values_N, confidence: float = 0.95) -> Estimate:
+  """Mean over seeds with a Student-t interval (low and high None for one seed: no spread)."""
+  values = np.asarray(values_N, np.float64).ravel()
+  if values.size == 0 or not np.all(np.isfinite(values)):
+    _fail("values_N", f"expected one or more finite per-seed values, got {values_N!r}")
+  if not 0.0 < confidence < 1.0:
+    _fail("confidence", f"must lie in (0, 1), got {confidence}")
+  mean = float(values.mean())
+  if values.size == 1:
+    return Estimate(mean, None, None)
+  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, values.size - 1)
+               * values.std(ddof=1) / np.sqrt(values.size))
+  return Estimate(mean, mean - half, mean + half)
