@@ -95,6 +95,30 @@ def test_decode_per_head_entry_visibility_matches_the_oracle(implementation, win
     np.testing.assert_array_equal(np.asarray(got)[0], 0.0)
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_decode_of_the_last_token_equals_the_dense_oracle_with_per_head_ends(implementation):
+  # The decode contract is the last row of the dense window-plus-entries softmax: ring = the
+  # last W raw keys (any slot order), entry c of kv head k visible iff its per-head end <= t.
+  rng = np.random.default_rng(6)
+  b, t, h, kh, d, window, c = 2, 13, 4, 2, 8, 4, 6
+  q, k, v = _normal(rng, b, t, h, d), _normal(rng, b, t, kh, d), _normal(rng, b, t, kh, d)
+  ek, ev, sink = _normal(rng, b, c, kh, d), _normal(rng, b, c, kh, d), _normal(rng, h)
+  ends_BxCxK = jnp.asarray(np.stack([np.arange(c) * 2 + 1, np.arange(c) * 2 + 4], -1)[None]
+                           .repeat(b, 0), jnp.int32)  # head 1 staggered by 3 tokens
+  want, _ = kernels.dense_attention(
+      q, k, v, jnp.zeros((b, t), jnp.int32), window=window, entry_k_BxCxKxD=ek,
+      entry_v_BxCxKxD=ev, entry_visible_from_BxC=ends_BxCxK,
+      entry_segment_ids_BxC=jnp.zeros((b, c, kh), jnp.int32), sink_H=sink)
+  ring = np.roll(np.arange(t - window, t), 2)  # ring-buffer order
+  visible = ends_BxCxK <= t - 1
+  got = kernels.decode_attention(q[:, -1], k[:, ring], v[:, ring], jnp.ones((b, window), bool),
+                                 ek, ev, jnp.full((b,), c), sink_H=sink,
+                                 entry_visible_BxCxK=visible, implementation=implementation,
+                                 interpret=True, block_sizes=_DECODE_BLOCKS[implementation])
+  assert 0 < int(visible[..., 1].sum()) < int(visible[..., 0].sum())
+  np.testing.assert_allclose(got, want[:, -1], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
 def test_decode_gradient_with_per_head_visibility_matches_the_reference(implementation):
   rng = np.random.default_rng(4)
