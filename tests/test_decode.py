@@ -46,7 +46,10 @@ def _shapes(config, max_len):
 class DecodeTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
+      ("full_only", dict(layer_pattern="kind=full", num_layers=2, key_shift=2), 5),
       ("overlap_rope", dict(overlap=True), 5),
+      ("staggered_heads_no_indexer", dict(stagger="heads", overlap=True, layer_pattern="",
+                                          num_layers=1), 3),
       ("overlap_norope", dict(overlap=True, rope=False), 5),
       ("plain_rope", dict(overlap=False), 8),
       ("plain_norope", dict(overlap=False, rope=False), 6),
