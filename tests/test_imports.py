@@ -96,3 +96,11 @@ def test_kernels_import_nothing_from_chunkformer():
   graph = _graph(_modules())
   assert not {(m, t) for m, targets in graph.items() if m.startswith("kernels")
               for t in targets if t.startswith("chunkformer")}
+
+
+def test_caches_import_no_attention_kind():
+  # The kinds hand their submodules to the caches' steps, never the reverse (WORKSPACE.md,
+  # "How to add an attention kind").
+  graph = _graph(_modules())
+  assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.kvcache")
+              for t in targets if t.startswith("chunkformer.attention")}
