@@ -1,8 +1,9 @@
 """Incremental decoding with per-layer caches: prefill, jitted one-token steps, greedy generation.
 
-Each layer's attention kind owns its cache (``Kind.init_cache``): ``full`` keeps every raw key
-and value; ``window`` a ring buffer of the last W; ``fixed`` that ring plus the open chunk's
-buffered slots and the closed entries (compressed cache). The caches live in the Flax ``cache``
+Each layer's attention kind owns its cache (``Kind.init_cache``, modules in chunkformer/kvcache/):
+``full`` keeps every raw key and value; ``window`` a ring buffer of the last W; ``fixed`` and
+``dynamic`` that ring plus the open chunk's buffered slots and the closed entries (compressed
+cache). The caches live in the Flax ``cache``
 collection and are threaded explicitly through these functions; parameters are the training
 parameters, unchanged. Rows of a batch decode in lockstep (one shared position); a cache holds
 one document per row. ``cache_bytes`` measures the actual arrays.

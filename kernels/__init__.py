@@ -4,7 +4,8 @@ Public ops, each with ``implementation=`` in {"xla", "pallas_gpu", "pallas_tpu"}
 ``interpret=`` to run the Pallas code on CPU:
 - ``segment_pool``: gated softmax pooling of variable chunks into packed entries;
 - ``chunk_attention``: queries over [sliding window of raw keys] union [visible entries];
-- ``decode_attention``: one query over a ring-buffer window plus the first entries;
+- ``decode_attention``: one query over a ring-buffer window plus the first entries (optionally
+  masked per kv head: staggered chunk ends, an indexer's top-k);
 - ``dense_attention``: the dense oracle of ``chunk_attention`` that also returns its weights.
 The visibility rule is ``layout.entry_visible`` (one place; ``visible_entry_range`` is its range
 form) and ``IMPLEMENTATIONS`` the one list of implementations.

@@ -4,7 +4,9 @@ One kernel attends the H/K query heads of a key/value head (a [G, D] query tile,
 each key once for all heads) to one split of a key range; it returns the split's normalised
 output and log-sum-exp. It runs twice: over the window ring buffer (one split, slots masked by
 ``window_valid``) and over the entries (``num_splits`` splits, loops bounded by
-``num_entries``, so unused capacity is never read). XLA merges the partials and the sink.
+``num_entries``, so unused capacity is never read; masked per kv head by ``entry_visible``
+when given). The key mask is per (row, kv head), so one kernel serves both. XLA merges the
+partials and the sink.
 
 - GPU (Triton): grid (B, K, splits), an in-kernel loop over the split's key blocks.
 - TPU (Mosaic): grid (B, K, splits, steps); the key count is scalar-prefetched, the key index
@@ -119,9 +121,9 @@ def _tpu_kernel(count_ref, q_ref, k_ref, v_ref, *refs, cfg: _Cfg, steps: int):
 
 
 def _partials(cfg: _Cfg, q, k, v, valid, count, splits):
-  """q_BxKxGpxDp, k/v_BxLxKxDp, valid_BxL (int32 or None), count_B -> o_BxKxSxGpxDp, lse.
+  """q_BxKxGpxDp, k/v_BxLxKxDp, valid_BxKxL (int32 or None), count_B -> o_BxKxSxGpxDp, lse.
 
-  Key j of a split is attended iff valid[j] (when given) and j < count.
+  Key j of kv head k is attended iff valid[k, j] (when given) and j < count.
   """
   b, kh, gp, dp = q.shape
   length = k.shape[1]
@@ -130,7 +132,7 @@ def _partials(cfg: _Cfg, q, k, v, valid, count, splits):
                                      else 1), _F32)]
   if cfg.backend == "pallas_gpu":
     out_shape[1] = jax.ShapeDtypeStruct((b, kh, splits, gp), _F32)
-    valid_spec = [pl.BlockSpec((None, length), lambda b_, h, s: (b_, 0))]
+    valid_spec = [pl.BlockSpec((None, None, length), lambda b_, h, s: (b_, h, 0))]
     o, lse = pl.pallas_call(
         functools.partial(_gpu_kernel, cfg=cfg),
         grid=(b, kh, splits),
@@ -157,9 +159,9 @@ def _partials(cfg: _Cfg, q, k, v, valid, count, splits):
   v_heads = jnp.swapaxes(v, 1, 2)
   valid_spec, valid_arg = [], []
   if valid is not None:  # sublane-broadcast, as Mosaic tiles the last two dimensions
-    valid_spec = [pl.BlockSpec((None, 8, cfg.block),
-                               lambda b_, h, s, j, count: (b_, 0, key_block(b_, s, j, count)))]
-    valid_arg = [jnp.broadcast_to(valid[:, None, :], (b, 8, length))]
+    valid_spec = [pl.BlockSpec((None, None, 8, cfg.block),
+                               lambda b_, h, s, j, count: (b_, h, 0, key_block(b_, s, j, count)))]
+    valid_arg = [jnp.broadcast_to(valid[:, :, None, :], (b, kh, 8, length))]
   kv_spec = pl.BlockSpec((None, None, cfg.block, dp),
                          lambda b_, h, s, j, count: (b_, h, key_block(b_, s, j, count), 0))
   o, lse = pl.pallas_call(
@@ -183,8 +185,8 @@ def _partials(cfg: _Cfg, q, k, v, valid, count, splits):
   return o, lse[..., 0]
 
 
-def _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, *, scale, backend, interpret,
-             num_splits, block_sizes):
+def _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible, *, scale, backend,
+             interpret, num_splits, block_sizes):
   b, h, d = q.shape
   kh = wk.shape[2]
   g = h // kh
@@ -213,12 +215,15 @@ def _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, *, scale, backend, in
   if w:
     wp = round_up(w, bw)
     partials.append(_partials(make(bw, wp), q_p, pad_kv(wk, wp), pad_kv(wv, wp),
-                              pad_to(wvalid.astype(jnp.int32), 1, wp),
+                              jnp.broadcast_to(pad_to(wvalid.astype(jnp.int32), 1, wp)[:, None],
+                                               (b, kh, wp)),
                               jnp.full((b,), w, jnp.int32), 1))
   if c:
     split_c = round_up(max(-(-c // num_splits), 1), bc)
     cp = split_c * num_splits
-    partials.append(_partials(make(bc, split_c), q_p, pad_kv(ek, cp), pad_kv(ev, cp), None,
+    evalid = None if evisible is None else pad_to(
+        jnp.swapaxes(evisible, 1, 2).astype(jnp.int32), 2, cp)  # B x K x C
+    partials.append(_partials(make(bc, split_c), q_p, pad_kv(ek, cp), pad_kv(ev, cp), evalid,
                               jnp.minimum(num_entries, c).astype(jnp.int32), num_splits))
   if not partials:  # nothing to see: the contract's zeros (the sink's value is zero)
     return jnp.zeros_like(q)
@@ -237,40 +242,43 @@ def _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, *, scale, backend, in
   return o.reshape(b, h, d).astype(q.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11, 12))
-def _decode(q, wk, wv, wvalid, ek, ev, num_entries, sink, scale, backend, interpret, num_splits,
-            block_sizes):
-  return _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, scale=scale, backend=backend,
-                  interpret=interpret, num_splits=num_splits, block_sizes=block_sizes)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12, 13))
+def _decode(q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible, scale, backend, interpret,
+            num_splits, block_sizes):
+  return _forward(q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible, scale=scale,
+                  backend=backend, interpret=interpret, num_splits=num_splits,
+                  block_sizes=block_sizes)
 
 
-def _decode_fwd(q, wk, wv, wvalid, ek, ev, num_entries, sink, scale, backend, interpret,
-                num_splits, block_sizes):
-  o = _decode(q, wk, wv, wvalid, ek, ev, num_entries, sink, scale, backend, interpret,
+def _decode_fwd(q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible, scale, backend,
+                interpret, num_splits, block_sizes):
+  o = _decode(q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible, scale, backend, interpret,
               num_splits, block_sizes)
-  return o, (q, wk, wv, wvalid, ek, ev, num_entries, sink)
+  return o, (q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible)
 
 
 def _decode_bwd(scale, backend, interpret, num_splits, block_sizes, res, do):
   del backend, interpret, num_splits, block_sizes
-  q, wk, wv, wvalid, ek, ev, num_entries, sink = res
+  q, wk, wv, wvalid, ek, ev, num_entries, sink, evisible = res
   ref = lambda q, wk, wv, ek, ev, sink: reference.decode_attention_reference(
-      q, wk, wv, wvalid, ek, ev, num_entries, sink_H=sink, scale=scale)
+      q, wk, wv, wvalid, ek, ev, num_entries, sink_H=sink, scale=scale,
+      entry_visible_BxCxK=evisible)
   dq, dwk, dwv, dek, dev, dsink = jax.vjp(ref, q, wk, wv, ek, ev, sink)[1](do)
-  return dq, dwk, dwv, None, dek, dev, None, dsink
+  return dq, dwk, dwv, None, dek, dev, None, dsink, None
 
 
 _decode.defvjp(_decode_fwd, _decode_bwd)
 
 
 def decode_attention_pallas(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, window_valid_BxW,
-                            entry_k_BxCxKxD, entry_v_BxCxKxD, num_entries_B, *, sink_H, scale,
-                            backend, interpret, num_splits, block_sizes: DecodeBlockSizes):
+                            entry_k_BxCxKxD, entry_v_BxCxKxD, num_entries_B, *, sink_H,
+                            entry_visible_BxCxK, scale, backend, interpret, num_splits,
+                            block_sizes: DecodeBlockSizes):
   """Pallas implementation of ``kernels.decode_attention`` (same semantics)."""
   if backend == "pallas_tpu":
     interpret = interpret if isinstance(interpret, pltpu.InterpretParams) else bool(interpret)
   else:
     interpret = bool(interpret)
   return _decode(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, window_valid_BxW, entry_k_BxCxKxD,
-                 entry_v_BxCxKxD, num_entries_B, sink_H, scale, backend, interpret, num_splits,
-                 block_sizes)
+                 entry_v_BxCxKxD, num_entries_B, sink_H, entry_visible_BxCxK, scale, backend,
+                 interpret, num_splits, block_sizes)

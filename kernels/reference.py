@@ -156,11 +156,12 @@ def pool_structure(values_BxTxN, logits_BxTxN, structure: layout.ChunkStructure,
 
 def decode_attention_reference(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, window_valid_BxW,
                                entry_k_BxCxKxD, entry_v_BxCxKxD, num_entries_B, *, sink_H=None,
-                               scale=None) -> Array:
+                               scale=None, entry_visible_BxCxK=None) -> Array:
   """One query per row over [valid window slots] union [entries 0 .. num_entries - 1].
 
   The window is a ring buffer, so slot order is irrelevant: ``window_valid`` says which slots
-  hold a token the query may see. Returns o_BxHxD (zeros where nothing is visible).
+  hold a token the query may see. ``entry_visible`` (optional) further restricts entry c of
+  key/value head k. Returns o_BxHxD (zeros where nothing is visible).
   """
   b, h, d = q_BxHxD.shape
   kh = window_k_BxWxKxD.shape[2]
@@ -171,8 +172,11 @@ def decode_attention_reference(q_BxHxD, window_k_BxWxKxD, window_v_BxWxKxD, wind
   s_win = jnp.where(window_valid_BxW[:, None, None, :], s_win, -jnp.inf)
   s_ent = jnp.einsum("bkgd,bckd->bkgc", q, entry_k_BxCxKxD.astype(jnp.float32))
   c = entry_k_BxCxKxD.shape[1]
-  live = jnp.arange(c)[None, :] < num_entries_B[:, None]
-  s_ent = jnp.where(live[:, None, None, :], s_ent, -jnp.inf)
+  live_BxKxC = jnp.broadcast_to((jnp.arange(c)[None, :] < num_entries_B[:, None])[:, None],
+                                (b, kh, c))
+  if entry_visible_BxCxK is not None:
+    live_BxKxC = live_BxKxC & jnp.swapaxes(entry_visible_BxCxK, 1, 2)
+  s_ent = jnp.where(live_BxKxC[:, :, None, :], s_ent, -jnp.inf)
   sink = _sink_KxG(sink_H, kh, g)
   sink = None if sink is None else sink[None, :, :, None]
   w = _safe_softmax(jnp.concatenate([s_win, s_ent], axis=-1), sink)

@@ -108,8 +108,12 @@ def pool_oracle(values, logits, ends, seg, capacity, slot_bias=None):
   return entries, entry_ends, entry_seg
 
 
-def decode_oracle(q, wk, wv, wvalid, ek, ev, num_entries, sink_H=None):
+def decode_oracle(q, wk, wv, wvalid, ek, ev, num_entries, sink_H=None, entry_visible=None):
+  """Loops over (row, head): window slots with wvalid, entries c < num_entries[row] with
+  entry_visible[row, c, kv head] (when given), the sink; one softmax."""
   q, wk, wv, ek, ev = (np.asarray(x, np.float64) for x in (q, wk, wv, ek, ev))
+  if entry_visible is None:
+    entry_visible = np.ones(ek.shape[:3], bool)
   b, h, d = q.shape
   g = h // wk.shape[2]
   out = np.zeros_like(q)
@@ -118,8 +122,9 @@ def decode_oracle(q, wk, wv, wvalid, ek, ev, num_entries, sink_H=None):
       kv = hh // g
       logits = [q[i, hh] @ wk[i, w, kv] / np.sqrt(d) for w in range(wk.shape[1]) if wvalid[i, w]]
       vals = [wv[i, w, kv] for w in range(wk.shape[1]) if wvalid[i, w]]
-      logits += [q[i, hh] @ ek[i, c, kv] / np.sqrt(d) for c in range(int(num_entries[i]))]
-      vals += [ev[i, c, kv] for c in range(int(num_entries[i]))]
+      seen = [c for c in range(int(num_entries[i])) if entry_visible[i, c, kv]]
+      logits += [q[i, hh] @ ek[i, c, kv] / np.sqrt(d) for c in seen]
+      vals += [ev[i, c, kv] for c in seen]
       if sink_H is not None:
         logits.append(float(sink_H[hh]))
         vals.append(np.zeros(d))

@@ -16,9 +16,10 @@ V, T = 32, 18  # prompt + steps cross the chunk boundaries at tokens 7, 11 and 1
 
 
 def _model(layer_pattern="kind=fixed;kind=window;kind=full", num_layers=3, key_shift=0,
-           rope=True, **attn):
+           rope=True, num_kv_heads=2, compressed_rope_base=0.0, **attn):
   return ModelConfig(vocab_size=V, num_layers=num_layers, d_model=32, num_heads=4,
-                     num_kv_heads=2, head_dim=8, mlp_dim=64, rope=rope, key_shift=key_shift,
+                     num_kv_heads=num_kv_heads, head_dim=8, mlp_dim=64, rope=rope,
+                     key_shift=key_shift, compressed_rope_base=compressed_rope_base,
                      layer_pattern=layer_pattern,
                      attention=AttentionConfig(**{"kind": "fixed", "chunk_size": 4, "window": 3,
                                                   **attn}))
@@ -45,7 +46,10 @@ def _shapes(config, max_len):
 class DecodeTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
+      ("full_only", dict(layer_pattern="kind=full", num_layers=2, key_shift=2), 5),
       ("overlap_rope", dict(overlap=True), 5),
+      ("staggered_heads_no_indexer", dict(stagger="heads", overlap=True, layer_pattern="",
+                                          num_layers=1), 3),
       ("overlap_norope", dict(overlap=True, rope=False), 5),
       ("plain_rope", dict(overlap=False), 8),
       ("plain_norope", dict(overlap=False, rope=False), 6),
@@ -61,7 +65,10 @@ class DecodeTest(parameterized.TestCase):
           layer_pattern="overlap=true,topk=2;kind=window;chunk_size=8"), 5),
   )
   def test_decode_matches_forward(self, config, prompt_len):
-    model = Transformer(_model(**config))
+    self._check_decode_matches_forward(_model(**config), prompt_len)
+
+  def _check_decode_matches_forward(self, config, prompt_len):
+    model = Transformer(config)
     params = _params(model)
     tokens = _tokens()
     expected = jax.jit(model.apply)({"params": params}, tokens)
@@ -70,8 +77,26 @@ class DecodeTest(parameterized.TestCase):
     for t in range(prompt_len, T):
       step_logits, cache = decode.step(model, params, cache, tokens[:, t:t + 1])
       got.append(step_logits[:, None])
-    np.testing.assert_allclose(jnp.concatenate(got, axis=1), expected, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(jnp.concatenate(got, axis=1), expected, atol=1e-5, rtol=1e-5)
     self.assertEqual(int(decode.cache_index(cache)), T)
+    return model, params, tokens, expected, cache
+
+  def test_lightning_indexer_decode_matches_forward(self):
+    # configs/deepseek_v4_small.py's layers in miniature: V4 layout, MQA, sink, key shift, own
+    # RoPE base; CSA (M = 4, overlap, lightning top-2) then HCA (M = 8, every entry).
+    config = _model(layout="deepseek_v4", query_rank=16, output_groups=2, output_rank=8,
+                    sink=True, key_shift=2, num_kv_heads=1, compressed_rope_base=160000.0,
+                    indexer="lightning", index_heads=2, index_head_dim=8, num_layers=2,
+                    layer_pattern="overlap=true,topk=2;chunk_size=8")
+    model, params, tokens, expected, cache = self._check_decode_matches_forward(config, 6)
+    # The indexer's own entries are cached (4 chunks closed by T = 18), and top-2 of them
+    # really drops entries: keeping every entry changes the logits.
+    index_entries = np.asarray(cache["block_0"]["attn"]["state"]["entries_index"])
+    self.assertEqual(index_entries.shape[1:], (T // 4 + 1, 1, 8))
+    self.assertTrue(np.all(np.abs(index_entries[:, :4]).sum(-1) > 0))
+    every = dataclasses.replace(config, layer_pattern="overlap=true,topk=8;chunk_size=8")
+    unselected = jax.jit(Transformer(every).apply)({"params": params}, tokens)
+    self.assertGreater(float(jnp.abs(unselected - expected).max()), 1e-3)
 
   def test_generate_is_greedy_over_the_forward_pass(self):
     model = Transformer(_model(overlap=True))

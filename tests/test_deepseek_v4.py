@@ -312,8 +312,8 @@ class LightningIndexerTest(absltest.TestCase):
     shapes = meta.unbox(jax.eval_shape(indexer.init, jax.random.key(0), *args)["params"])
     params = jax.tree_util.tree_map(
         lambda s: jnp.asarray(rng.standard_normal(s.shape) * 0.5, s.dtype), shapes)
-    selected, aux = indexer.apply({"params": params}, *args, mutable=["aux_loss"])
-    scores, visible = indexer.apply({"params": params}, x, q_r, ctx.positions_BxT,
+    (selected, _), aux = indexer.apply({"params": params}, *args, mutable=["aux_loss"])
+    scores, visible, _ = indexer.apply({"params": params}, x, q_r, ctx.positions_BxT,
                                     ctx.segment_ids_BxT, None, method=LightningIndexer.score)
     np.testing.assert_array_equal(np.asarray(visible[0]), np.asarray(visible_main[0, :, 0]))
     scores, visible = np.asarray(scores[0]), np.asarray(visible[0])

@@ -271,7 +271,7 @@ class DecodeTest(parameterized.TestCase):
       step_logits, cache = decode.step(net, params, cache, tokens[:, i:i + 1])
       steps.append(step_logits[:, None])
     np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, axis=1)), np.asarray(full),
-                               atol=1e-4, rtol=1e-4)
+                               atol=1e-5, rtol=1e-5)
     for layer in range(2):
       state = cache[f"block_{layer}"]["attn"]["state"]
       self.assertGreater(int(state["num_entries"].min()), 2)  # chunks closed while decoding

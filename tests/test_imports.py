@@ -129,3 +129,11 @@ def test_config_sections_import_nothing_from_chunkformer():
   assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.config_sections")
               for t in targets if t.startswith("chunkformer") and
               not t.startswith("chunkformer.config_sections")}
+
+
+def test_caches_import_no_attention_kind():
+  # The kinds hand their submodules to the caches' steps, never the reverse (WORKSPACE.md,
+  # "How to add an attention kind").
+  graph = _graph(_modules())
+  assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.kvcache")
+              for t in targets if t.startswith("chunkformer.attention")}

@@ -66,10 +66,13 @@ def test_segment_pool_lowers_forward_and_backward(implementation):
 
 
 @pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
-def test_decode_attention_lowers(implementation):
-  b, h, kh, d, w, c = 2, 8, 1, 128, 128, 4096
+@pytest.mark.parametrize("per_head_entries", [False, True])
+def test_decode_attention_lowers(implementation, per_head_entries):
+  b, h, kh, d, w, c = 2, 8, 2, 128, 128, 4096
   z = lambda *s: jnp.zeros(s, jnp.bfloat16)
-  fn = lambda *a: kernels.decode_attention(*a, implementation=implementation, num_splits=4)
+  visible = jnp.ones((b, c, kh), bool) if per_head_entries else None
+  fn = lambda *a: kernels.decode_attention(*a, entry_visible_BxCxK=visible,
+                                           implementation=implementation, num_splits=4)
   names = _kernel_names(fn, z(b, h, d), z(b, w, kh, d), z(b, w, kh, d), jnp.ones((b, w), bool),
                         z(b, c, kh, d), z(b, c, kh, d), jnp.full((b,), 1000, jnp.int32),
                         implementation=implementation)

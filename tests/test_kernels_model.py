@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from chunkformer import objective
+from chunkformer import decode, objective
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.model import Transformer
 
@@ -61,3 +61,22 @@ def test_training_through_pallas_gpu_kernels_gives_the_xla_losses(kind, boundary
   got = _losses("pallas_gpu", kind, boundary, layout)
   assert want[-1] < want[0]  # the run trains, so the comparison is not between constants
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+def test_fixed_decoding_through_pallas_gpu_decode_kernel_gives_the_xla_forward_logits():
+  # Every step attends through kernels.decode_attention (interpret mode), from an empty cache.
+  def model(implementation):
+    attn = AttentionConfig(kind="fixed", chunk_size=4, window=3, sink=True, overlap=True,
+                           implementation=implementation, interpret=implementation != "xla")
+    return Transformer(ModelConfig(vocab_size=VOCAB, num_layers=1, d_model=32, num_heads=4,
+                                   num_kv_heads=2, head_dim=8, mlp_dim=64, attention=attn))
+
+  tokens = _batch()["inputs"][:, :12]
+  params = model("xla").init(jax.random.key(0), tokens)["params"]
+  want = jax.jit(model("xla").apply)({"params": params}, tokens)
+  net = model("pallas_gpu")
+  cache, got = decode.init_cache(net.model, tokens.shape[0], tokens.shape[1]), []
+  for i in range(tokens.shape[1]):
+    step_logits, cache = decode.step(net, params, cache, tokens[:, i:i + 1])
+    got.append(step_logits[:, None])
+  np.testing.assert_allclose(jnp.concatenate(got, axis=1), want, atol=1e-5, rtol=1e-5)

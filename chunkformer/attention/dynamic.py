@@ -36,7 +36,7 @@ loss into ``aux_loss`` and the measured mean chunk length (tokens per entry) int
 Projections follow ``attn.layout`` (qwen3 or deepseek_v4, as the fixed kind), and values that
 carry RoPE are rotated back at the query position after attention (``common.derotate``).
 
-Decoding (ctx.decode): see chunkformer/attention/dynamic_decode.py.
+Decoding (ctx.decode): see chunkformer/kvcache/dynamic.py (cache and step).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 import kernels
 from chunkformer import chunking
-from chunkformer.attention import compressed_core, dynamic_decode
+from chunkformer.attention import compressed_core
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.chunking import boundaries as boundaries_lib
 from chunkformer.chunking.boundaries import (
@@ -61,6 +61,7 @@ from chunkformer.chunking.boundaries import (
 from chunkformer.compression import Compressor
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
+from chunkformer.kvcache import dynamic as dynamic_cache
 
 Array = jax.Array
 
@@ -75,8 +76,8 @@ class DynamicAttention(nn.Module):
   @classmethod
   def init_cache(cls, model: ModelConfig, attn: AttentionConfig, layer: int, batch: int,
                  max_len: int) -> dict[str, Array]:
-    """An empty decoding cache for ``max_len`` tokens (see dynamic_decode.init_state)."""
-    return dynamic_decode.init_state(model, attn, layer, batch, max_len,
+    """An empty decoding cache for ``max_len`` tokens (see kvcache/dynamic.py)."""
+    return dynamic_cache.init_state(model, attn, layer, batch, max_len,
                                      capacity(attn, max_len), num_slots(attn),
                                      owns_boundaries(model, layer))
 
@@ -101,8 +102,8 @@ class DynamicAttention(nn.Module):
     router = chunking.BoundaryRouter(name="router") if owner and a.boundary == "router" else None
     if ctx.decode and x_BxTxE.shape[1] == 1:
       state = self.variable("cache", "state", cache_lib.missing_cache)
-      parts = dynamic_decode.Parts(qkv, compressors, router, sink_H)
-      o, state.value, shared = dynamic_decode.step(
+      parts = dynamic_cache.Parts(qkv, compressors, router, sink_H)
+      o, state.value, shared = dynamic_cache.step(
           m, a, parts, boundary_key(a, self.layer), visibility_delay(a), x_BxTxE, ctx,
           state.value, shared)
       return out(derotate(m, a, o, ctx.positions_BxT)), shared
@@ -111,7 +112,7 @@ class DynamicAttention(nn.Module):
     o, entries = self._forward(x_BxTxE, ctx, q, k, v, compressors, sink_H, bounds)
     if ctx.decode:  # prefill: the parallel forward pass, then the cache it leaves behind
       state = self.variable("cache", "state", cache_lib.missing_cache)
-      state.value = dynamic_decode.prefill_state(a, compressors, visibility_delay(a), x_BxTxE,
+      state.value = dynamic_cache.prefill_state(a, compressors, visibility_delay(a), x_BxTxE,
                                                  k, v, bounds.ends_BxT, entries, state.value)
     return out(derotate(m, a, o, ctx.positions_BxT)), shared
 

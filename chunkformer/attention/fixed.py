@@ -30,7 +30,9 @@ end per entry, so per-head stagger and the indexer stay on "xla"; config validat
 
 Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
 the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
-buffer of static capacity; see ``chunkformer/attention/fixed_decode.py``.
+buffer of static capacity (the lightning indexer's own entries too), attended through
+``kernels.decode_attention``; see ``chunkformer/kvcache/fixed.py``. This module hands the step
+the indexer's selection as a function (``_decode_select``).
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from chunkformer.attention import compressed_core, fixed_decode
+from chunkformer.attention import compressed_core
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.attention.lightning_indexer import LightningIndexer
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
+from chunkformer.kvcache import fixed as fixed_cache
 from chunkformer.layers import Projection
 
 Array = jax.Array
@@ -63,8 +66,8 @@ class FixedAttention(nn.Module):
   @classmethod
   def init_cache(cls, model: ModelConfig, attn: AttentionConfig, layer: int, batch: int,
                  max_len: int) -> dict[str, Array]:
-    """An empty decoding cache for ``max_len`` tokens (see fixed_decode.init_state)."""
-    return fixed_decode.init_state(model, attn, layer, batch, max_len, cls.uses_entries)
+    """An empty decoding cache for ``max_len`` tokens (see kvcache/fixed.py)."""
+    return fixed_cache.init_state(model, attn, layer, batch, max_len, cls.uses_entries)
 
   def compressors(self) -> dict[str, Compressor]:
     if not self.uses_entries:
@@ -92,19 +95,18 @@ class FixedAttention(nn.Module):
         indexer = Projection((m.num_kv_heads, m.head_dim), ("embed", "kv_heads", "head_dim"),
                              name="indexer")
     if ctx.decode:
-      if isinstance(indexer, LightningIndexer):
-        raise NotImplementedError(
-            "decoding with attn.indexer='lightning' needs a cache of the indexer's own entries, "
-            "which chunkformer does not keep yet; decode with indexer='simple' or topk=0")
       state = self.variable("cache", "state", cache_lib.missing_cache)
+      streams = dict(compressors)
+      if isinstance(indexer, LightningIndexer):
+        streams["index"] = indexer.compressor
       if x_BxTxE.shape[1] == 1:
-        parts = fixed_decode.Parts(qkv, compressors, indexer, sink_H)
-        o, state.value = fixed_decode.step(m, a, self.layer, parts, x_BxTxE, state.value)
+        parts = fixed_cache.Parts(qkv, streams, self._decode_select(qkv, indexer), sink_H)
+        o, state.value = fixed_cache.step(m, a, self.layer, parts, x_BxTxE, state.value)
       else:  # prefill: the parallel forward pass, then the cache it leaves behind
         q, k, v = qkv(x_BxTxE, ctx)
         o, entries = self._forward(x_BxTxE, ctx, qkv, q, k, v, compressors, indexer, sink_H)
-        state.value = fixed_decode.prefill_state(m, a, self.layer, compressors, x_BxTxE, k, v,
-                                                 entries, state.value)
+        state.value = fixed_cache.prefill_state(m, a, self.layer, streams, x_BxTxE, k, v,
+                                                entries, state.value)
     else:
       q, k, v = qkv(x_BxTxE, ctx)
       o, _ = self._forward(x_BxTxE, ctx, qkv, q, k, v, compressors, indexer, sink_H)
@@ -132,7 +134,8 @@ class FixedAttention(nn.Module):
             chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
             jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
         if isinstance(indexer, LightningIndexer):
-          select = indexer(x_BxTxE, qkv.query_residual(x_BxTxE), ctx, offsets, q, ek, visible)
+          select, entries["index"] = indexer(x_BxTxE, qkv.query_residual(x_BxTxE), ctx, offsets,
+                                             q, ek, visible)
         else:
           select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
       o = compressed_core.attend(
@@ -145,6 +148,26 @@ class FixedAttention(nn.Module):
     o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
                                              sink_H=sink_H)
     return o, entries
+
+  def _decode_select(self, qkv, indexer) -> fixed_cache.Select | None:
+    """The indexer's top-k for one decoding step (kvcache/fixed.py calls it), or None."""
+    a = self.attn
+    if indexer is None:
+      return None
+    if isinstance(indexer, LightningIndexer):
+      def select(x_win, ctx, state, visible_Bx1xKxC):
+        selected_Bx1xC = indexer.select(
+            x_win[:, -1:], qkv.query_residual(x_win[:, -1:]), ctx.positions_BxT[:, -1:],
+            state["entries_index"][:, :, 0], visible_Bx1xKxC[:, :, 0])
+        return jnp.broadcast_to(selected_Bx1xC[:, :, None], visible_Bx1xKxC.shape)
+      return select
+
+    def select(x_win, ctx, state, visible_Bx1xKxC):
+      del ctx
+      ek = state["entries_kv" if a.shared_kv else "entries_k"]
+      return compressed_core.index_entries(indexer(x_win)[:, -1:], ek.astype(x_win.dtype),
+                                           visible_Bx1xKxC, a.topk)[0]
+    return select
 
 
 class WindowAttention(FixedAttention):

@@ -107,31 +107,49 @@ class LightningIndexer(nn.Module):
     self.weights_proj = Projection((a.index_heads,), ("embed", "index_heads"))
     self.compressor = Compressor(index_model(self.model, a), a)
 
+  def _query(self, x_BxTxE: Array, q_r_BxTxRq: Array,
+             positions_BxT: Array) -> tuple[Array, Array]:
+    """(q_BxTxIxD, weights_BxTxI): the index heads' queries (RoPE'd) and their weights."""
+    a = self.attn
+    q = apply_rope(self.wq_b(q_r_BxTxRq), positions_BxT, layer_rope(self.model, a))
+    return q, self.weights_proj(x_BxTxE) * (a.index_head_dim**-0.5 * a.index_heads**-0.5)
+
   def score(self, x_BxTxE: Array, q_r_BxTxRq: Array, positions_BxT: Array,
-            segment_ids_BxT: Array, offsets_BxK: Array | None) -> tuple[Array, Array]:
-    """(score_BxTxC, visible_BxTxC) of the indexer's own entries (same chunks as the layer)."""
+            segment_ids_BxT: Array, offsets_BxK: Array | None) -> tuple[Array, Array, Array]:
+    """(score_BxTxC, visible_BxTxC, entries_BxCxD) of the indexer's own entries (same chunks
+    as the layer)."""
     a = self.attn
     b, t, _ = x_BxTxE.shape
-    q = apply_rope(self.wq_b(q_r_BxTxRq), positions_BxT, layer_rope(self.model, a))
-    weights = self.weights_proj(x_BxTxE) * (a.index_head_dim**-0.5 * a.index_heads**-0.5)
+    q, weights = self._query(x_BxTxE, q_r_BxTxRq, positions_BxT)
     chunks = fixed_chunks(t, a.chunk_size, None if offsets_BxK is None else offsets_BxK[:, :1],
                           b, 1, positions_BxT, segment_ids_BxT)
     entries_BxCx1xD = self.compressor.compress(x_BxTxE, chunks, segment_ids_BxT)
     visible = compressed_core.per_head_entry_visibility(
         chunks.ends_BxCxK, chunks.segment_ids_BxCxK, jnp.broadcast_to(jnp.arange(t), (b, t)),
         segment_ids_BxT)[:, :, 0]
-    return index_scores(q, weights, entries_BxCx1xD[:, :, 0]), visible
+    entries_BxCxD = entries_BxCx1xD[:, :, 0]
+    return index_scores(q, weights, entries_BxCxD), visible, entries_BxCxD
+
+  def select(self, x_BxTxE: Array, q_r_BxTxRq: Array, positions_BxT: Array,
+             entries_BxCxD: Array, visible_BxTxC: Array) -> Array:
+    """selected_BxTxC: the top-k of ``visible`` among given (e.g. cached) indexer entries."""
+    q, weights = self._query(x_BxTxE, q_r_BxTxRq, positions_BxT)
+    scores = index_scores(q, weights, entries_BxCxD.astype(q.dtype))
+    return select_exactly_topk(scores, visible_BxTxC, self.attn.topk)
 
   def __call__(self, x_BxTxE: Array, q_r_BxTxRq: Array, ctx, offsets_BxK: Array | None,
-               q_BxTxHxD: Array, entry_k_BxCxKxD: Array, visible_BxTxKxC: Array) -> Array:
-    """selected_BxTxKxC: the top-k visible entries (shared by the kv heads); sows the KL."""
+               q_BxTxHxD: Array, entry_k_BxCxKxD: Array,
+               visible_BxTxKxC: Array) -> tuple[Array, Array]:
+    """(selected_BxTxKxC, entries_BxCx1xD): the top-k visible entries (shared by the kv heads)
+    and the indexer's own entries (decoding caches them); sows the KL."""
     a = self.attn
     x, q_r = jax.lax.stop_gradient(x_BxTxE), jax.lax.stop_gradient(q_r_BxTxRq)
-    scores, visible = self.score(x, q_r, ctx.positions_BxT, ctx.segment_ids_BxT, offsets_BxK)
+    scores, visible, entries = self.score(x, q_r, ctx.positions_BxT, ctx.segment_ids_BxT,
+                                          offsets_BxK)
     selected = select_exactly_topk(scores, visible, a.topk)[:, :, None]
     if a.indexer_loss_weight:
       target = jax.lax.stop_gradient(
           entry_attention_target(q_BxTxHxD, entry_k_BxCxKxD, visible_BxTxKxC))
       self.sow("aux_loss", "indexer_kl",
                a.indexer_loss_weight * kl_to_target(target, scores, visible))
-    return jnp.broadcast_to(selected, visible_BxTxKxC.shape)
+    return jnp.broadcast_to(selected, visible_BxTxKxC.shape), entries[:, :, None]
