@@ -105,8 +105,20 @@ def _build(cls, values: Mapping[str, Any], prefix: str):
     elif isinstance(default, tuple):
       kwargs[key] = _deep_tuple(value)
     else:
+      _check_type(field, default, value)
       kwargs[key] = value
   return cls(**kwargs)
+
+
+def _check_type(field: str, default: Any, value: Any) -> None:
+  """A scalar must have its default's type (an int where a float is expected is fine)."""
+  if default is None or value is None or isinstance(default, dict | list):
+    return
+  expected = type(default)
+  numeric = expected is float and isinstance(value, int)
+  if isinstance(value, bool) != (expected is bool) or not (isinstance(value, expected) or numeric):
+    raise ConfigError(f"config field '{field}': expected {expected.__name__}, got {value!r} "
+                      f"({type(value).__name__})")
 
 
 def from_dict(values: Mapping[str, Any]) -> Config:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import pytest
 
@@ -65,3 +66,25 @@ def test_committed_run_record_reads_back_with_the_values_it_recorded(run):
 
 def test_committed_runs_are_found():
   assert len(COMMITTED_RUNS) >= 10
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    (("model", "attention", "chunk_size"), "four", "expected int, got 'four' (str)"),
+    (("train", "learning_rate"), "fast", "expected float, got 'fast' (str)"),
+    (("model", "rope"), 1, "expected bool, got 1 (int)"),
+    (("train", "steps"), True, "expected int, got True (bool)"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_the_field(path, value, expected):
+  values = config_lib.to_dict(Config())
+  node = values
+  for key in path[:-1]:
+    node = node[key]
+  node[path[-1]] = value
+  with pytest.raises(ConfigError, match=re.escape(f"config field '{'.'.join(path)}': {expected}")):
+    config_lib.from_dict(values)
+
+
+def test_an_int_where_a_float_is_expected_is_accepted():
+  values = config_lib.to_dict(Config())
+  values["train"]["learning_rate"] = 1
+  assert config_lib.from_dict(values).train.learning_rate == 1
