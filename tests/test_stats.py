@@ -1,5 +1,6 @@
 """Sweep statistics, figures and report: invariants on synthetic accuracy matrices."""
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -9,6 +10,8 @@ from absl.testing import absltest, parameterized
 
 from chunkformer.config import ConfigError
 from chunkformer.evaluation import plots, report, stats
+from chunkformer.evaluation.records import Interval
+from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 
 S, K = 32, 48
 OFFSETS_K = np.arange(200, 200 + K)
@@ -31,10 +34,10 @@ class PeriodicityTest(parameterized.TestCase):
   @parameterized.parameters((4, 1), (6, 2), (8, 5))
   def test_planted_weak_phase_is_detected_with_small_p(self, period, weak_phase):
     result = stats.analyze(planted_SxK(period, weak_phase, seed=period), OFFSETS_K, [period])
-    self.assertEqual(result["detected_period"], period)
-    self.assertLess(result["p_value"], 0.01)
-    self.assertLess(result["detection_p_value"], 0.01)
-    self.assertEqual(result["weakest_phase"], weak_phase)
+    self.assertEqual(result.detected_period, period)
+    self.assertLess(result.p_value, 0.01)
+    self.assertLess(result.detection_p_value, 0.01)
+    self.assertEqual(result.phase.weakest_phase, weak_phase)
 
   def test_multiples_of_the_period_are_significant_but_the_fundamental_is_chosen(self):
     scan = stats.period_scan(planted_SxK(4, 1, seed=3), OFFSETS_K)
@@ -58,10 +61,10 @@ class PeriodicityTest(parameterized.TestCase):
 
   def test_constant_accuracy_has_no_share_no_gap_and_p_one(self):
     result = stats.analyze(np.ones((S, K)), OFFSETS_K, [4])
-    self.assertEqual(result["periodic_share"], 0.0)
-    self.assertEqual(result["max_gap"], 0.0)
-    self.assertEqual(result["p_value"], 1.0)
-    self.assertIsNone(result["detected_period"])
+    self.assertEqual(result.periodic_share, 0.0)
+    self.assertEqual(result.max_gap, 0.0)
+    self.assertEqual(result.p_value, 1.0)
+    self.assertIsNone(result.detected_period)
 
 
 class PeriodicShareTest(parameterized.TestCase):
@@ -158,30 +161,31 @@ class AnalyzeTest(parameterized.TestCase):
   def test_analyze_is_json_ready_deterministic_and_primary_is_first_chunk_size(self):
     correct_SxK = planted_SxK(4, 1, seed=2)
     result = stats.analyze(correct_SxK, OFFSETS_K, [4, 8], seed=3)
-    text = json.dumps(result, allow_nan=False)
-    self.assertEqual(text, json.dumps(stats.analyze(correct_SxK, OFFSETS_K, [4, 8], seed=3)))
+    text = json.dumps(result.to_json(), allow_nan=False)
+    self.assertEqual(text, json.dumps(
+        stats.analyze(correct_SxK, OFFSETS_K, [4, 8], seed=3).to_json()))
     for key in ("offsets", "accuracy_by_offset", "accuracy_by_phase", "max_gap",
                 "periodic_share", "detected_period", "p_value"):
-      self.assertIn(key, result)
-    self.assertEqual(result["offsets"], OFFSETS_K.tolist())
-    self.assertLen(result["accuracy_by_offset"], K)
-    primary = result["by_chunk_size"][0]
-    self.assertEqual(primary["chunk_size"], 4)
-    self.assertEqual(result["accuracy_by_phase"], primary["accuracy_by_phase"])
-    self.assertEqual(result["p_value"], primary["p_value"])
-    self.assertEqual([r["chunk_size"] for r in result["by_chunk_size"]], [4, 8])
-    self.assertEqual(result["phase_source"], "offset mod M")
+      self.assertIn(key, result.to_json())
+    self.assertEqual(result.to_json()["offsets"], OFFSETS_K.tolist())
+    self.assertLen(result.accuracy_by_offset.values, K)
+    primary = result.by_chunk_size[0]
+    self.assertEqual(primary.chunk_size, 4)
+    self.assertEqual(result.phase, primary.table)
+    self.assertEqual(result.p_value, primary.p_value)
+    self.assertEqual([r.chunk_size for r in result.by_chunk_size], [4, 8])
+    self.assertEqual(result.phase_source, "offset mod M")
 
   def test_caller_phases_replace_offset_phases_but_not_the_periodicity_fields(self):
     correct_SxK = planted_SxK(4, 1, seed=2)
     phases_SxK = np.random.default_rng(0).integers(0, 5, (S, K))
     plain = stats.analyze(correct_SxK, OFFSETS_K, 4, num_permutations=300)
     caller = stats.analyze(correct_SxK, OFFSETS_K, 4, phases=phases_SxK, num_permutations=300)
-    self.assertEqual(caller["phase_source"], "caller")
-    self.assertEqual(caller["phases"], [0, 1, 2, 3, 4])
-    self.assertEqual(caller["periodic_share"], plain["periodic_share"])
-    self.assertEqual(caller["p_value"], plain["p_value"])
-    self.assertGreater(caller["phase_p_value"], 0.05)
+    self.assertEqual(caller.phase_source, "caller")
+    self.assertEqual(caller.phase.phases, (0, 1, 2, 3, 4))
+    self.assertEqual(caller.periodic_share, plain.periodic_share)
+    self.assertEqual(caller.p_value, plain.p_value)
+    self.assertGreater(caller.phase.p_value, 0.05)
 
   @parameterized.named_parameters(
       ("values_above_one", lambda c: (c * 2, OFFSETS_K, 4, None), "correct_SxK"),
@@ -229,10 +233,14 @@ class OutputTest(parameterized.TestCase):
   def test_report_has_one_table_row_per_variant_and_the_given_verdicts(self):
     directory = self.make_directory()
     fixed = stats.analyze(planted_SxK(4, 1, seed=0), OFFSETS_K, [4, 8], num_permutations=200)
-    fixed.update(variant="fixed-M4", chunking="fixed", compression_ratio=4.0,
-                 far_accuracy=0.812, images={"offsets": os.path.join(directory, "img", "a.png")})
+    fixed = VariantRecord(
+        VariantSetup("fixed-M4", "fixed", "fixed", chunk_size=4),
+        dataclasses.replace(fixed, mean_accuracy=Interval(0.812, 0.8, 0.83)), "needle", 10,
+        compression_ratio=4.0, images={"offsets": os.path.join(directory, "img", "a.png")})
     dynamic = stats.analyze(iid_SxK(1), OFFSETS_K, [4], num_permutations=200)
-    dynamic.update(variant="dynamic-router", chunking="dynamic/router", compression_ratio=3.87)
+    dynamic = VariantRecord(VariantSetup("dynamic-router", "dynamic", "dynamic/router",
+                                         chunk_size=4), dynamic, "needle", 10,
+                            compression_ratio=3.87)
     verdicts = ["fixed-M4 has period 4 (p < 0.01)", "dynamic-router shows no period"]
     path = report.write_report(os.path.join(directory, "report.md"), [fixed, dynamic],
                                title="sweep", verdicts=verdicts)
@@ -246,9 +254,9 @@ class OutputTest(parameterized.TestCase):
     cells = [c.strip() for c in table[2].strip("|").split("|")]
     self.assertEqual(cells[:5], ["fixed-M4", "fixed", "4", "4.00x", "0.812"])
     self.assertEqual(cells[7], "4")
-    self.assertEqual(f"{fixed['max_gap']:.3f}", cells[5])
+    self.assertEqual(f"{fixed.analysis.max_gap:.3f}", cells[5])
     dynamic_cells = [c.strip() for c in table[3].strip("|").split("|")]
-    self.assertEqual(dynamic_cells[4], f"{dynamic['mean_accuracy']:.3f}")  # far acc fallback
+    self.assertEqual(dynamic_cells[4], f"{dynamic.analysis.mean_accuracy.value:.3f}")
     for verdict in verdicts:
       self.assertIn(f"- {verdict}", text)
     self.assertIn("![offsets](img/a.png)", text)

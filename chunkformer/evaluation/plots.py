@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from chunkformer.config import ConfigError
+from chunkformer.evaluation.records import Analysis
 
 _DPI = 110
 _BAND_COLOR = "0.93"
@@ -178,28 +178,26 @@ def plot_slot_gains(path, gains, *, title: str = "", value_label: str = "slot ga
   return _save(figure, path)
 
 
-def plot_variant_comparison(path, curves: Mapping[str, Mapping[str, Any]], *,
+def plot_variant_comparison(path, curves: Mapping[str, Analysis], *,
                             chunk_size: int | None = None, chunk_origin: int = 0,
                             title: str = "") -> str:
   """Several variants' accuracy-vs-offset curves overlaid.
 
   Args:
-    curves: variant name -> a mapping with ``offsets`` and ``accuracy_by_offset`` and,
-      optionally, ``accuracy_by_offset_low``/``_high`` (an ``analyze`` result fits as is).
+    curves: variant name -> its analysis (offsets and accuracy per offset with band).
     chunk_size: shade alternating chunks of this size (the fixed baseline's M).
   """
   figure = _figure(7.5, 3.4)
   axes = figure.subplots()
-  all_offsets = np.concatenate([np.asarray(c["offsets"]) for c in curves.values()] or [[0]])
+  all_offsets = np.concatenate([np.asarray(c.offsets) for c in curves.values()] or [[0]])
   _chunk_bands(axes, all_offsets, chunk_size, chunk_origin)
   for i, (name, curve) in enumerate(curves.items()):
-    offsets_K = np.asarray(curve["offsets"])
+    offsets_K = np.asarray(curve.offsets)
     color = f"C{i % 10}"
-    low, high = curve.get("accuracy_by_offset_low"), curve.get("accuracy_by_offset_high")
-    if low is not None and high is not None:
-      axes.fill_between(offsets_K, _floats(low), _floats(high), color=color, alpha=0.15, lw=0)
-    axes.plot(offsets_K, _floats(curve["accuracy_by_offset"]), "o-", color=color, ms=2.5,
-              lw=1, label=name)
+    band = curve.accuracy_by_offset
+    axes.fill_between(offsets_K, _floats(band.low), _floats(band.high), color=color, alpha=0.15,
+                      lw=0)
+    axes.plot(offsets_K, _floats(band.values), "o-", color=color, ms=2.5, lw=1, label=name)
   axes.set_xlabel("needle offset (tokens)")
   axes.set_ylabel("accuracy")
   axes.set_ylim(-0.02, 1.02)
@@ -208,32 +206,31 @@ def plot_variant_comparison(path, curves: Mapping[str, Mapping[str, Any]], *,
   return _save(figure, path)
 
 
-def write_analysis_plots(analysis: Mapping[str, Any], directory, name: str) -> dict[str, str]:
+def write_analysis_plots(analysis: Analysis, directory, name: str) -> dict[str, str]:
   """The standard figures of one ``analyze`` result; returns caption -> PNG path.
 
   Writes ``{name}_offsets.png``, ``{name}_phases.png`` and, when the result has a spectrum,
   ``{name}_spectrum.png`` into ``directory``.
   """
-  size = analysis["chunk_size"]
-  xlabel = ("phase (offset mod M)" if analysis.get("phase_source") == "offset mod M"
+  size = analysis.chunk_size
+  xlabel = ("phase (offset mod M)" if analysis.phase_source == "offset mod M"
             else "phase inside the actual chunk")
+  by_offset, by_phase = analysis.accuracy_by_offset, analysis.phase.accuracy
   paths = {
       "accuracy vs offset": plot_accuracy_vs_offset(
-          os.path.join(directory, f"{name}_offsets.png"), analysis["offsets"],
-          analysis["accuracy_by_offset"], analysis["accuracy_by_offset_low"],
-          analysis["accuracy_by_offset_high"], chunk_size=size,
+          os.path.join(directory, f"{name}_offsets.png"), analysis.offsets, by_offset.values,
+          by_offset.low, by_offset.high, chunk_size=size,
           title=f"{name}: accuracy per needle offset"),
       "accuracy per phase": plot_phase_accuracy(
-          os.path.join(directory, f"{name}_phases.png"), analysis["phases"],
-          analysis["accuracy_by_phase"], analysis["accuracy_by_phase_low"],
-          analysis["accuracy_by_phase_high"], xlabel=xlabel,
+          os.path.join(directory, f"{name}_phases.png"), analysis.phase.phases,
+          by_phase.values, by_phase.low, by_phase.high, xlabel=xlabel,
           title=f"{name}: accuracy per phase (M={size})"),
   }
-  if analysis.get("spectrum"):
-    sizes = [r["chunk_size"] for r in analysis.get("by_chunk_size", [])] or [size]
+  if analysis.spectrum is not None:
+    sizes = [t.chunk_size for t in analysis.by_chunk_size]
     paths["spectrum"] = plot_spectrum(
-        os.path.join(directory, f"{name}_spectrum.png"), analysis["spectrum"]["frequencies"],
-        analysis["spectrum"]["power"], chunk_sizes=sizes,
+        os.path.join(directory, f"{name}_spectrum.png"), analysis.spectrum.frequencies,
+        analysis.spectrum.power, chunk_sizes=sizes,
         title=f"{name}: spectrum of accuracy over offsets")
   return paths
 

@@ -21,18 +21,26 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import jax
 import ml_collections
-import numpy as np
 from absl import logging
 
 from chunkformer import trainer
 from chunkformer import workdir as workdir_lib
-from chunkformer.evaluation import plots, report, sweep_config, variant_eval, verdicts
+from chunkformer.evaluation import (
+  correctness,
+  plots,
+  report,
+  results_file,
+  sweep_config,
+  variant_eval,
+  verdicts,
+)
 from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -49,9 +57,10 @@ class Outcome:
   results_path: str
   report_path: str
   table: str  # the comparison table (markdown, aligned for a console)
-  records: list[dict[str, Any]]
+  records: list[VariantRecord]
   verdicts: list[str]
   wall_time_s: float
+  claims: list[Claim] = dataclasses.field(default_factory=list)
 
 
 def is_finished(variant: sweep_config.Variant) -> bool:
@@ -114,23 +123,6 @@ def _train_time(variant: sweep_config.Variant, add: float = 0.0) -> float | None
   return spent
 
 
-def _jsonable(value: Any) -> Any:
-  if isinstance(value, dict):
-    return {str(k): _jsonable(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_jsonable(v) for v in value]
-  if isinstance(value, np.ndarray):
-    return _jsonable(value.tolist())
-  if isinstance(value, np.bool_):
-    return bool(value)
-  if isinstance(value, np.integer):
-    return int(value)
-  if isinstance(value, (float, np.floating)):
-    value = float(value)
-    return value if math.isfinite(value) else None
-  return value
-
-
 def _write_atomic(path: str, text: str) -> None:
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
@@ -167,52 +159,53 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
   return "\n".join(lines)
 
 
-def _extra_sections(records: Sequence[dict[str, Any]]) -> str:
+def _extra_sections(records: Sequence[VariantRecord]) -> str:
   lines = []
-  if any(r.get("depths") for r in records):
+  if any(r.depths for r in records):
     lines += ["", "## Needle sweep by depth", "",
               "| variant | depth | distance | accuracy | max gap | periodic share | period | p |",
               "|:--|:--|--:|--:|--:|--:|--:|--:|"]
   for r in records:
-    for d in r.get("depths") or []:
-      lines.append(f"| {r['name']} | {d['depth_name']} | {d['mean_distance']:.0f} | "
-                   f"{d['mean_accuracy']:.3f} | {d['max_gap']:.3f} | {d['periodic_share']:.3f} | "
-                   f"{d['detected_period'] or 'none'} | {d['p_value']:.3g} |")
-  dynamic = [r for r in records if r.get("chunk_phase")]
+    for d in r.depths or ():
+      a = d.analysis
+      lines.append(f"| {r.name} | {d.depth_name} | {d.mean_distance:.0f} | "
+                   f"{a.mean_accuracy.value:.3f} | {a.max_gap:.3f} | {a.periodic_share:.3f} | "
+                   f"{a.detected_period or 'none'} | {a.p_value:.3g} |")
+  dynamic = [r for r in records if r.chunk_phase is not None]
   if dynamic:
     lines += ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
               "| variant | phases | weakest phase | accuracy there | max gap | p |",
               "|:--|--:|--:|--:|--:|--:|"]
     for r in dynamic:
-      c = r["chunk_phase"]
-      weakest = min((a, p) for a, p in zip(c["accuracy_by_phase"], c["phases"], strict=True)
+      c = r.chunk_phase
+      weakest = min((a, p) for a, p in zip(c.accuracy.values, c.phases, strict=True)
                     if a is not None)
-      lines.append(f"| {r['name']} | 0..{max(c['phases'])} | {c['weakest_phase']} | "
-                   f"{weakest[0]:.3f} | {c['max_gap']:.3f} | {c['phase_p_value']:.3g} |")
-  probes = [r for r in records if r.get("prefix_probe")]
+      lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | "
+                   f"{weakest[0]:.3f} | {c.gap.value:.3f} | {c.p_value:.3g} |")
+  probes = [r for r in records if r.prefix_probe is not None]
   if probes:
     lines += ["", "## Prefix probe (accuracy vs prefix length N, phase N mod M)", "",
               "| variant | N | accuracy | max gap | periodic share | period | p | boundary "
               "agreement (min) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for r in probes:
-      p = r["prefix_probe"]
-      agreement = p.get("boundary_agreement_by_prefix")
-      lines.append(f"| {r['name']} | 0..{p['offsets'][-1]} | {p['mean_accuracy']:.3f} | "
-                   f"{p['max_gap']:.3f} | {p['periodic_share']:.3f} | "
-                   f"{p['detected_period'] or 'none'} | {p['p_value']:.3g} | "
+      p, a = r.prefix_probe, r.prefix_probe.analysis
+      agreement = p.boundary_agreement_by_prefix
+      lines.append(f"| {r.name} | 0..{a.offsets[-1]} | {a.mean_accuracy.value:.3f} | "
+                   f"{a.max_gap:.3f} | {a.periodic_share:.3f} | "
+                   f"{a.detected_period or 'none'} | {a.p_value:.3g} | "
                    f"{'-' if agreement is None else f'{min(agreement):.3f}'} |")
-  gains = [r for r in records if r.get("slot_gain")]
+  gains = [r for r in records if r.slot_gain]
   if gains:
     lines += ["", "## Slot gains (preferred phase = weight centre of mass in the chunk)", "",
               "| variant | layer | stream | slots | realised preferred phase per head | "
               "slot-bias preferred phase per head |", "|:--|--:|:--|--:|:--|:--|"]
     for r in gains:
-      for site in r["slot_gain"]["sites"]:
+      for site in r.slot_gain:
         def fmt(values):
           return "-" if values is None else ", ".join(
               "-" if v is None else f"{v:.2f}" for v in values)
-        lines.append(f"| {r['name']} | {site['layer']} | {site['stream']} | {site['slots']} | "
-                     f"{fmt(site['preferred_phase'])} | {fmt(site['bias_preferred_phase'])} |")
+        lines.append(f"| {r.name} | {site.layer} | {site.stream} | {site.slots} | "
+                     f"{fmt(site.preferred_phase)} | {fmt(site.bias_preferred_phase)} |")
   return "\n".join(lines) + "\n"
 
 
@@ -242,36 +235,35 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -
     logging.info("[sweep %s] evaluating %d/%d %r", s.name, i + 1, len(sweep.variants),
                  variant.name)
     start = time.time()
-    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep, plots_dir)
-    record["eval_wall_s"] = time.time() - start
-    record["train_wall_s"] = _train_time(variant)
-    records.append(record)
+    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep, plots_dir,
+                                   correctness.path_for(workdir, variant.name))
+    records.append(dataclasses.replace(record, eval_wall_s=time.time() - start,
+                                       train_wall_s=_train_time(variant)))
   lines = verdicts.decide(records)
+  claims = verdicts.claims(records)
   reference = s.reference_chunk_size
   overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
-      os.path.join(plots_dir, "comparison.png"), {r["name"]: r for r in records},
+      os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
       chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
   wall = time.time() - began
   date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-  results = _jsonable({
-      "sweep": s.name, "command": command, "date": date, "seed": s.seed, "wall_time_s": wall,
-      "settings": dataclasses.asdict(s), "num_offsets": sweep.num_offsets,
-      "window_align": sweep.align, "chunk_sizes_in_play": list(sweep.chunk_sizes),
-      "verdicts": lines, "report": REPORT_FILE,
-      "variants": [{k: (_relative_images(v, workdir) if k == "images" else v)
-                    for k, v in r.items()} for r in records],
-  })
+  results = results_file.SweepResults(
+      sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
+      settings=dataclasses.asdict(s), num_offsets=sweep.num_offsets, window_align=sweep.align,
+      chunk_sizes_in_play=tuple(sweep.chunk_sizes), verdicts=tuple(lines), report=REPORT_FILE,
+      variants=tuple(dataclasses.replace(r, images=_relative_images(r.images, workdir))
+                     for r in records),
+      claims=tuple(claims))
   os.makedirs(workdir, exist_ok=True)
-  results_path = os.path.join(workdir, RESULTS_FILE)
-  _write_atomic(results_path, json.dumps(results, indent=1, sort_keys=False) + "\n")
+  results_path = results_file.write(os.path.join(workdir, RESULTS_FILE), results)
   report_path = os.path.join(workdir, REPORT_FILE)
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall), images=overview,
-                              directory=workdir)
+                              directory=workdir, claims=claims)
   _write_atomic(report_path, text + _extra_sections(records))
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
-                 wall)
+                 wall, claims)
 
 
-def _relative_images(images: dict[str, str], workdir: str) -> dict[str, str]:
+def _relative_images(images: Mapping[str, str], workdir: str) -> dict[str, str]:
   return {k: os.path.relpath(v, workdir) for k, v in images.items()}
