@@ -37,12 +37,12 @@ def _save(figure: Figure, path: str | os.PathLike) -> str:
   return path
 
 
-def _chunk_bands(axes, offsets_K: np.ndarray, chunk_size: int | None, origin: int) -> None:
+def _chunk_bands(axes, offsets_J: np.ndarray, chunk_size: int | None, origin: int) -> None:
   """Grey background on every other chunk of ``chunk_size`` tokens starting at ``origin``."""
-  if not chunk_size or offsets_K.size == 0:
+  if not chunk_size or offsets_J.size == 0:
     return
-  first = origin + ((int(offsets_K.min()) - origin) // chunk_size) * chunk_size
-  starts = np.arange(first, int(offsets_K.max()) + 1, chunk_size)
+  first = origin + ((int(offsets_J.min()) - origin) // chunk_size) * chunk_size
+  starts = np.arange(first, int(offsets_J.max()) + 1, chunk_size)
   if starts.size > _MAX_BANDS:
     return
   for start in starts:
@@ -50,29 +50,29 @@ def _chunk_bands(axes, offsets_K: np.ndarray, chunk_size: int | None, origin: in
       axes.axvspan(start - 0.5, start + chunk_size - 0.5, color=_BAND_COLOR, lw=0, zorder=0)
 
 
-def plot_accuracy_vs_offset(path, offsets_K, accuracy_K, low_K=None, high_K=None, *,
+def plot_accuracy_vs_offset(path, offsets_J, accuracy_J, low_J=None, high_J=None, *,
                             chunk_size: int | None = None, chunk_origin: int = 0,
                             title: str = "", ylabel: str = "accuracy") -> str:
   """Accuracy per needle offset with its bootstrap band on alternating chunk backgrounds.
 
   Args:
-    offsets_K, accuracy_K: the curve; low_K/high_K: optional interval bounds.
+    offsets_J, accuracy_J: the curve; low_J/high_J: optional interval bounds.
     chunk_size: M; every other chunk [origin + iM, origin + (i+1)M) is shaded, so a weak
       phase shows as a dip at the same place in each band.
   """
-  offsets_K = np.asarray(offsets_K)
+  offsets_J = np.asarray(offsets_J)
   figure = _figure(7.0, 3.0)
   axes = figure.subplots()
-  _chunk_bands(axes, offsets_K, chunk_size, chunk_origin)
-  if low_K is not None and high_K is not None:
-    axes.fill_between(offsets_K, _floats(low_K), _floats(high_K), color="C0", alpha=0.25, lw=0,
+  _chunk_bands(axes, offsets_J, chunk_size, chunk_origin)
+  if low_J is not None and high_J is not None:
+    axes.fill_between(offsets_J, _floats(low_J), _floats(high_J), color="C0", alpha=0.25, lw=0,
                       label="95% bootstrap")
-  axes.plot(offsets_K, _floats(accuracy_K), "o-", color="C0", ms=3, lw=1, label="mean")
+  axes.plot(offsets_J, _floats(accuracy_J), "o-", color="C0", ms=3, lw=1, label="mean")
   axes.set_xlabel("needle offset (tokens)" + (f"; bands = chunks of M={chunk_size}"
                                                if chunk_size else ""))
   axes.set_ylabel(ylabel)
   axes.set_ylim(-0.02, 1.02)
-  axes.set_xlim(offsets_K.min() - 0.5, offsets_K.max() + 0.5)
+  axes.set_xlim(offsets_J.min() - 0.5, offsets_J.max() + 0.5)
   axes.set_title(title, fontsize=10)
   axes.legend(loc="best", fontsize=8)
   return _save(figure, path)
@@ -192,12 +192,12 @@ def plot_variant_comparison(path, curves: Mapping[str, Analysis], *,
   all_offsets = np.concatenate([np.asarray(c.offsets) for c in curves.values()] or [[0]])
   _chunk_bands(axes, all_offsets, chunk_size, chunk_origin)
   for i, (name, curve) in enumerate(curves.items()):
-    offsets_K = np.asarray(curve.offsets)
+    offsets_J = np.asarray(curve.offsets)
     color = f"C{i % 10}"
     band = curve.accuracy_by_offset
-    axes.fill_between(offsets_K, _floats(band.low), _floats(band.high), color=color, alpha=0.15,
+    axes.fill_between(offsets_J, _floats(band.low), _floats(band.high), color=color, alpha=0.15,
                       lw=0)
-    axes.plot(offsets_K, _floats(band.values), "o-", color=color, ms=2.5, lw=1, label=name)
+    axes.plot(offsets_J, _floats(band.values), "o-", color=color, ms=2.5, lw=1, label=name)
   axes.set_xlabel("needle offset (tokens)")
   axes.set_ylabel("accuracy")
   axes.set_ylim(-0.02, 1.02)

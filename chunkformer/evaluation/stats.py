@@ -1,9 +1,10 @@
 """Statistics of a periodicity sweep: does needle accuracy depend on the needle's phase?
 
-Inputs: ``correct_SxK`` (S sampled haystacks x K needle offsets; 0/1 outcomes or fractions in
-[0, 1] such as token accuracy) and the absolute needle positions ``offsets_K``. Letters: S
-haystacks, K offsets, G phase groups, P a candidate period, R bootstrap resamples or
-permutations, F frequencies.
+Inputs: ``correct_YxJ`` (Y sampled haystacks x J needle offsets; 0/1 outcomes or fractions in
+[0, 1] such as token accuracy) and the absolute needle positions ``offsets_J``. Letters: Y
+haystacks, J offsets, G phase groups, P a candidate period, R bootstrap resamples or
+permutations, F frequencies. These differ on purpose from kernels/, where S is slots or keys
+and K kv heads (``records`` states the convention for evaluation/).
 
 Two seeded, mutually independent sources of randomness:
 - Bootstrap intervals resample haystacks (rows): the spread they show is haystack-to-haystack
@@ -11,11 +12,11 @@ Two seeded, mutually independent sources of randomness:
   basic (reflected) intervals for the max-min gap, whose plug-in value is biased upwards.
 - Permutation tests shuffle the offset columns with one permutation shared by every haystack,
   which keeps each haystack's difficulty intact and tests "accuracy does not depend on the
-  phase". The null treats offsets as exchangeable; a slow trend over the K offsets has little
+  phase". The null treats offsets as exchangeable; a slow trend over the J offsets has little
   power at short periods, so it barely moves the test.
 
 The *periodic share* at period P is the fraction of the variance of the per-offset accuracy
-explained by the per-phase means (eta squared of the grouping ``offset mod P``). When K is a
+explained by the per-phase means (eta squared of the grouping ``offset mod P``). When J is a
 multiple of P it equals the spectral power at 1/P and all its harmonics over the total power
 (a single weak phase spreads its power over all harmonics, so one DFT bin under-reports it).
 
@@ -33,8 +34,8 @@ from chunkformer.evaluation.estimates import (
   Estimate,
   PhaseAccuracy,
   _fail,
-  as_correct_SxK,
-  as_offsets_K,
+  as_correct_YxJ,
+  as_offsets_J,
   bootstrap_mean_accuracy,
   bootstrap_offset_accuracy,
   offset_gap,
@@ -68,8 +69,8 @@ __all__ = [
     "PeriodScan",
     "PhaseAccuracy",
     "analyze",
-    "as_correct_SxK",
-    "as_offsets_K",
+    "as_correct_YxJ",
+    "as_offsets_J",
     "bootstrap_mean_accuracy",
     "bootstrap_offset_accuracy",
     "candidate_periods",
@@ -94,17 +95,17 @@ def _phase_table(accuracy: PhaseAccuracy, p_value: float) -> PhaseTable:
       p_value=as_float(p_value))
 
 
-def analyze(correct_SxK, offsets_K, chunk_sizes: int | Sequence[int], phases=None, seed: int = 0,
+def analyze(correct_YxJ, offsets_J, chunk_sizes: int | Sequence[int], phases=None, seed: int = 0,
             *, num_resamples: int = 2000, num_permutations: int = 2000,
             confidence: float = 0.95, alpha: float = 0.05,
             tolerance: float = 0.1) -> Analysis:
   """Every sweep statistic of one correctness matrix, as a typed ``records.Analysis``.
 
   Args:
-    correct_SxK: outcomes in [0, 1], S haystacks x K needle offsets.
-    offsets_K: absolute needle positions, strictly increasing integers.
+    correct_YxJ: outcomes in [0, 1], Y haystacks x J needle offsets.
+    offsets_J: absolute needle positions, strictly increasing integers.
     chunk_sizes: the chunk sizes M of interest; the first is the primary one.
-    phases: optional phase labels, [K] or [S, K], replacing ``offset mod M`` in the primary
+    phases: optional phase labels, [J] or [Y, J], replacing ``offset mod M`` in the primary
       phase table (dynamic chunking: phase inside the chunk the needle landed in).
     seed: seeds the bootstrap and permutation streams (independent of each other).
     alpha, tolerance: the period detection rule (``detect_period``).
@@ -116,9 +117,9 @@ def analyze(correct_SxK, offsets_K, chunk_sizes: int | Sequence[int], phases=Non
     position), ``detected_period`` (or None) with its family-wise ``detection_p_value``,
     ``period_scan`` and ``spectrum`` (None when offsets are unevenly spaced).
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
-  num_offsets = correct_SxK.shape[1]
-  offsets_K = as_offsets_K(offsets_K, num_offsets)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  num_offsets = correct_YxJ.shape[1]
+  offsets_J = as_offsets_J(offsets_J, num_offsets)
   sizes = [chunk_sizes] if isinstance(chunk_sizes, (int, np.integer)) else list(chunk_sizes)
   if not sizes or any(int(m) < 1 for m in sizes):
     _fail("chunk_sizes", f"expected one or more ints >= 1, got {chunk_sizes!r}")
@@ -126,39 +127,39 @@ def analyze(correct_SxK, offsets_K, chunk_sizes: int | Sequence[int], phases=Non
   boot = dict(num_resamples=num_resamples, confidence=confidence, seed=seed)
   perm = dict(num_permutations=num_permutations, seed=seed)
 
-  by_offset = bootstrap_offset_accuracy(correct_SxK, **boot)
-  overall = bootstrap_mean_accuracy(correct_SxK, **boot)
+  by_offset = bootstrap_offset_accuracy(correct_YxJ, **boot)
+  overall = bootstrap_mean_accuracy(correct_YxJ, **boot)
   by_chunk_size = []
   for size in sizes:
-    phases_K = phases_of_offsets(offsets_K, size)
-    table = _phase_table(phase_accuracy(correct_SxK, phases_K, **boot),
-                         phase_permutation_test(correct_SxK, phases_K, **perm))
+    phases_J = phases_of_offsets(offsets_J, size)
+    table = _phase_table(phase_accuracy(correct_YxJ, phases_J, **boot),
+                         phase_permutation_test(correct_YxJ, phases_J, **perm))
     by_chunk_size.append(PeriodTest(size, table, as_float(periodic_share(by_offset.mean,
-                                                                          phases_K)),
+                                                                          phases_J)),
                                     table.p_value))
   if phases is None:
     primary, source = by_chunk_size[0].table, "offset mod M"
   else:
-    primary = _phase_table(phase_accuracy(correct_SxK, phases, **boot),
-                           phase_permutation_test(correct_SxK, phases, **perm))
+    primary = _phase_table(phase_accuracy(correct_YxJ, phases, **boot),
+                           phase_permutation_test(correct_YxJ, phases, **perm))
     source = "caller"
 
-  scan = period_scan(correct_SxK, offsets_K, num_permutations=num_permutations, seed=seed)
+  scan = period_scan(correct_YxJ, offsets_J, num_permutations=num_permutations, seed=seed)
   detected = detect_period(scan, alpha=alpha, tolerance=tolerance)
   if detected is not None:
     detection_p = float(scan.adjusted_p_values[scan.periods == detected][0])
   else:
     detection_p = float(scan.adjusted_p_values.min()) if scan.periods.size else 1.0
-  steps = np.diff(offsets_K)
+  steps = np.diff(offsets_J)
   spectral = None
   if np.all(steps == steps[0]):
     spectral = Spectrum(*(as_floats(x) for x in spectrum(by_offset.mean, int(steps[0]))))
 
   return Analysis(
-      offsets=as_ints(offsets_K), num_haystacks=int(correct_SxK.shape[0]),
+      offsets=as_ints(offsets_J), num_haystacks=int(correct_YxJ.shape[0]),
       accuracy_by_offset=Curve.of(by_offset.mean, by_offset.low, by_offset.high),
       mean_accuracy=Interval.of(overall.mean, overall.low, overall.high),
-      offset_gap=as_float(offset_gap(correct_SxK)), phase_source=source, phase=primary,
+      offset_gap=as_float(offset_gap(correct_YxJ)), phase_source=source, phase=primary,
       by_chunk_size=tuple(by_chunk_size),
       detected_period=None if detected is None else int(detected),
       detection_p_value=as_float(detection_p), detection_alpha=float(alpha),
