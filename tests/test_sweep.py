@@ -24,6 +24,7 @@ from chunkformer.evaluation import (
   needle_sweep,
   prefix_probe,
   results_file,
+  shards,
   slot_gain,
   stats,
   sweep,
@@ -242,6 +243,47 @@ def test_stored_correctness_matrices_recompute_the_reported_statistics(finished_
   pooled = np.concatenate([matrices["needle_far"].correct_YxJ,
                            matrices["needle_near"].correct_YxJ])
   assert stats.analyze(pooled, far.offsets_J, sizes, **kw).nested() == record.all_depths
+
+
+def _comparable(path: str) -> dict:
+  """results.json without what differs between invocations (dates, wall times, paths)."""
+  with open(path) as f:
+    results = json.load(f)
+  for key in ("date", "wall_time_s", "command"):
+    results.pop(key)
+  for record in results["variants"]:
+    for key in ("eval_wall_s", "train_wall_s", "workdir"):
+      record.pop(key)
+  return results
+
+
+def test_two_shards_and_a_merge_give_the_unsharded_results(finished_sweep, tmp_path,
+                                                          monkeypatch):
+  workdir, _ = finished_sweep
+  monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
+  config = _sweep({"smoke": SMOKE, "smoke_b": SMOKE})  # two variants, one finished run each
+  dirs = {}
+  for name in ("whole", "sharded"):
+    for variant_name in ("smoke", "smoke_b"):
+      shutil.copytree(os.path.join(workdir, "smoke"), tmp_path / name / variant_name)
+    dirs[name] = str(tmp_path / name)
+  whole = sweep.run(config, dirs["whole"], command="test")
+  part = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("1/2"))
+  assert isinstance(part, sweep.PartOutcome)
+  assert part.evaluated == ["smoke_b"] and part.missing == ["smoke"]
+  assert not os.path.exists(os.path.join(dirs["sharded"], "results.json"))
+  with pytest.raises(ConfigError, match=r"^--merge: .*smoke \(not evaluated\)"):
+    sweep.merge(config, dirs["sharded"])
+  last = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("0/2"))
+  assert isinstance(last, sweep.Outcome)  # every part present: merged
+  assert _comparable(last.results_path) == _comparable(whole.results_path)
+  merged = sweep.merge(config, dirs["sharded"], command="test")
+  assert _comparable(merged.results_path) == _comparable(whole.results_path)
+  assert merged.table == whole.table and merged.verdicts == whole.verdicts
+  # Records evaluated under other sweep settings are stale: the merge names them.
+  with pytest.raises(ConfigError, match=r"smoke \(evaluated under other sweep settings: "
+                     r"num_resamples\)"):
+    sweep.merge(_sweep({"smoke": SMOKE, "smoke_b": SMOKE}, num_resamples=60), dirs["sharded"])
 
 
 def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):

@@ -4,9 +4,14 @@
 1. resolves and checks every variant (ConfigError before anything is trained or written);
 2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
    (which resumes an interrupted run), showing the variant, step and ETA;
-3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains);
-4. writes ``DIR/results.json`` (schema of issue 5 plus extra fields), ``DIR/report.md`` with
-   the comparison table, verdicts and figures, and the figures under ``DIR/plots/``.
+3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains),
+   storing its record in ``DIR/records/<variant>.json`` and its correctness matrices in
+   ``DIR/correct/<variant>.npz``;
+4. writes ``DIR/results.json`` (``results_file``: the records, verdict lines and claims),
+   ``DIR/report.md`` with the comparison table, claims, verdicts and figures, and the figures
+   under ``DIR/plots/``.
+With a shard (``shards``: ``--shard i/n``) steps 2-3 cover that shard's variants and step 4
+waits until every variant has a current record (or ``merge``).
 
 A variant counts as finished when ``DIR/<variant>/final_metrics.json`` records its last step
 under the same config; it is then not retrained.
@@ -29,11 +34,13 @@ from absl import logging
 
 from chunkformer import trainer
 from chunkformer import workdir as workdir_lib
+from chunkformer.config import ConfigError
 from chunkformer.evaluation import (
   correctness,
   plots,
   report,
   results_file,
+  shards,
   sweep_config,
   variant_eval,
   verdicts,
@@ -46,6 +53,7 @@ RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
 TRAIN_TIME_FILE = "sweep_train_time.json"
+RECORDS_DIR = "records"  # one results.json entry per variant, for merging shards
 
 
 class Interrupted(RuntimeError):
@@ -209,15 +217,19 @@ def _extra_sections(records: Sequence[VariantRecord]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
-  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote."""
-  began = time.time()
-  workdir_lib.require_directory(workdir)  # before any variant trains
-  sweep = sweep_config.resolve(config, workdir)
+@dataclasses.dataclass(frozen=True)
+class PartOutcome:
+  """A shard's part is done but other parts are missing: nothing merged yet."""
+
+  shard: shards.Shard
+  evaluated: list[str]
+  missing: list[str]  # variants without a current record (other shards still to run)
+
+
+def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
   s = sweep.settings
-  to_train = [v for v in sweep.variants if not is_finished(v)]
-  display = ProgressDisplay(s.name, to_train)
-  for variant in sweep.variants:
+  display = ProgressDisplay(s.name, [v for v in variants if not is_finished(v)])
+  for variant in variants:
     if variant.name in display.names:
       display.start(variant)
       start = time.time()
@@ -229,16 +241,111 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -
     else:
       logging.info("[sweep %s] %r: finished run in %s, not retrained", s.name, variant.name,
                    variant.workdir)
-  plots_dir = os.path.join(workdir, PLOTS_DIR)
+
+
+def record_path(workdir: str, variant: str) -> str:
+  return os.path.join(workdir, RECORDS_DIR, f"{variant}.json")
+
+
+def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+              workdir: str) -> list[VariantRecord]:
+  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge."""
   records = []
-  for i, variant in enumerate(sweep.variants):
-    logging.info("[sweep %s] evaluating %d/%d %r", s.name, i + 1, len(sweep.variants),
+  for i, variant in enumerate(variants):
+    logging.info("[sweep %s] evaluating %d/%d %r", sweep.settings.name, i + 1, len(variants),
                  variant.name)
     start = time.time()
-    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep, plots_dir,
+    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep,
+                                   os.path.join(workdir, PLOTS_DIR),
                                    correctness.path_for(workdir, variant.name))
-    records.append(dataclasses.replace(record, eval_wall_s=time.time() - start,
-                                       train_wall_s=_train_time(variant)))
+    record = dataclasses.replace(record, eval_wall_s=time.time() - start,
+                                 train_wall_s=_train_time(variant))
+    path = record_path(workdir, variant.name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    stored = dataclasses.replace(record, images=_relative_images(record.images, workdir))
+    _write_atomic(path, json.dumps({"sweep_settings": _settings_json(sweep),
+                                    "record": stored.to_json()}, indent=1) + "\n")
+    records.append(record)
+  return records
+
+
+def _settings_json(sweep: sweep_config.Sweep) -> dict:
+  """The settings a record depends on (the variant order does not change one)."""
+  settings = json.loads(json.dumps(dataclasses.asdict(sweep.settings)))
+  settings.pop("order", None)
+  return settings
+
+
+def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant,
+                  workdir: str) -> tuple[VariantRecord | None, str]:
+  """The variant's stored record if it is current, else (None, why not)."""
+  path = record_path(workdir, variant.name)
+  if not os.path.exists(path):
+    return None, "not evaluated"
+  with open(path, encoding="utf-8") as f:
+    stored = json.load(f)
+  settings = _settings_json(sweep)
+  changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
+  if changed:
+    return None, f"evaluated under other sweep settings: {', '.join(changed)}"
+  record = VariantRecord.from_json(stored["record"])
+  # Its variant directory may have moved with DIR (shards merged from other machines).
+  setup = dataclasses.replace(record.setup, workdir=variant.workdir)
+  if setup != variant_eval.describe(variant) or not is_finished(variant):
+    return None, "evaluated under a different config"
+  images = {k: os.path.join(workdir, v) for k, v in record.images.items()}
+  return dataclasses.replace(record, setup=setup, images=images), ""
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
+        shard: shards.Shard | None = None) -> Outcome | PartOutcome:
+  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote.
+
+  With ``shard``, only that shard's variants are trained and evaluated (``shards``); the
+  results are merged when every variant then has a current record, else a ``PartOutcome``.
+  """
+  began = time.time()
+  workdir_lib.require_directory(workdir)  # before any variant trains
+  sweep = sweep_config.resolve(config, workdir)
+  mine = sweep.variants
+  if shard is not None:
+    shards.check_count(shard, len(sweep.variants))
+    mine = shard.select(sweep.variants)
+    logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
+                 ", ".join(v.name for v in mine))
+  _train(sweep, mine)
+  evaluated = {r.name: r for r in _evaluate(sweep, mine, workdir)}
+  if shard is not None:
+    others = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants
+              if v.name not in evaluated}
+    missing = [name for name, (record, _) in others.items() if record is None]
+    if missing:
+      logging.info("[sweep %s] shard %s done; waiting for %s (then: --merge)",
+                   sweep.settings.name, shard, ", ".join(missing))
+      return PartOutcome(shard, list(evaluated), missing)
+    evaluated.update({name: record for name, (record, _) in others.items()})
+  return _write_outputs(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
+                        began)
+
+
+def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Writes results.json, the report and plots from the stored records of every variant."""
+  began = time.time()
+  workdir_lib.require_directory(workdir)
+  sweep = sweep_config.resolve(config, workdir)
+  found = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants}
+  missing = [f"{name} ({why})" for name, (record, why) in found.items() if record is None]
+  if missing:
+    raise ConfigError(f"--merge: no current record in {workdir} for {', '.join(missing)}; run "
+                      "their shards first (eval.py --config ... --shard i/n)")
+  return _write_outputs(sweep, workdir, [found[v.name][0] for v in sweep.variants], command,
+                        began)
+
+
+def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
+                   command: str, began: float) -> Outcome:
+  s = sweep.settings
+  plots_dir = os.path.join(workdir, PLOTS_DIR)
   lines = verdicts.decide(records)
   claims = verdicts.claims(records)
   reference = s.reference_chunk_size
