@@ -147,8 +147,11 @@ def build(judgments: Sequence[Any], *, agreement: Agreement = majority_of_seeds,
     numbers = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}
     reasons = sorted({f"{j.records[0].name}: {j.reason}" for j in mine if j.reason})
     decided = [j for j in mine if j.holds is not None]
-    summary = (f"{sum(j.holds is True for j in decided)} of {len(decided)} decided judgments "
-               f"hold ({len(mine) - len(decided)} undecided)")
+    needles = sorted({(j.records[0].setup.key_len, j.records[0].setup.value_len)
+                      for j in mine})
+    summary = (f"holds in {sum(j.holds is True for j in decided)} of {len(decided)} decided "
+               f"tests ({len(mine) - len(decided)} undecided); needle key/value tokens "
+               + ", ".join(f"{k}/{v}" for k, v in needles))
     reason = "; ".join(x for x in [note, summary, *reasons] if x)
     claims.append(Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers, agreeing))
   return claims
