@@ -53,6 +53,8 @@ def _run_sweep(config) -> None:
     return
   print(outcome.table)
   print("\nverdicts:\n" + "\n".join(f"- {line}" for line in outcome.verdicts))
+  print("\nclaims:\n" + "\n".join(f"- {c.id} {c.verdict} (seeds {c.seeds_agreeing}): "
+                                    f"{c.statement}" for c in outcome.claims))
   print(f"\nreport: {outcome.report_path}")
 
 

@@ -221,7 +221,8 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
             title=f"{variant.name}: realised pooling weight x slots (layers x heads)",
             value_label="gain (1 = uniform)")
     if "ends" in out:
-      fields["heldout_compression_ratio"] = float(needle_sweep.compression_ratio(out["ends"]))
+      # No closed chunk gives inf, stored as None (strict JSON).
+      fields["heldout_compression_ratio"] = as_float(needle_sweep.compression_ratio(out["ends"]))
 
   if correct_path is not None:
     correctness.save(correct_path, matrices)
@@ -244,7 +245,7 @@ def _compression_ratio(setup: VariantSetup, measured: float | None, far) -> floa
     return float(setup.chunk_size)
   if measured is None and far is not None:
     measured = far.compression_ratio
-  return None if measured is None else float(measured)
+  return as_float(measured)
 
 
 def _final_metrics(workdir: str) -> dict[str, Any] | None:
