@@ -305,9 +305,9 @@ class PrefixAnalysis:
     return cls(Analysis.from_json(data), as_floats(data["token_accuracy_by_prefix"]), **optional)
 
 
-Matrix = tuple[tuple[float | None, ...], ...]
+FloatMatrix = tuple[tuple[float | None, ...], ...]
 
 
-def float_lists(rows: Sequence[Sequence[Any]] | None) -> Matrix | None:
+def float_lists(rows: Sequence[Sequence[Any]] | None) -> FloatMatrix | None:
   """A matrix (list of rows) as nested tuples of JSON floats."""
   return None if rows is None else tuple(as_floats(r) for r in rows)

@@ -18,6 +18,7 @@ from typing import Any
 from chunkformer.evaluation.records import (
   Analysis,
   DepthAnalysis,
+  FloatMatrix,
   Json,
   PhaseTable,
   PrefixAnalysis,
@@ -89,11 +90,11 @@ class SlotGainSite:
   overlap: bool
   pooling: str | None
   num_chunks: float
-  bias_weight: tuple[tuple[float | None, ...], ...] | None
-  bias_gain: tuple[tuple[float | None, ...], ...] | None
+  bias_weight: FloatMatrix | None
+  bias_gain: FloatMatrix | None
   bias_preferred_phase: tuple[float | None, ...] | None
-  realised_weight: tuple[tuple[float | None, ...], ...] | None
-  realised_gain: tuple[tuple[float | None, ...], ...] | None
+  realised_weight: FloatMatrix | None
+  realised_gain: FloatMatrix | None
   preferred_phase: tuple[float | None, ...] | None
   preferred_phase_spread: float | None
 
