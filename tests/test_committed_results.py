@@ -14,7 +14,7 @@ import os
 import pytest
 
 from chunkformer.evaluation import claims as claims_lib
-from chunkformer.evaluation import report, results_file, verdicts
+from chunkformer.evaluation import correctness, report, results_file, stats, verdicts
 from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
@@ -87,3 +87,17 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     # C2: full_kv2 has no period but misses the accuracy gate: undecided, not a failure.
     assert by_id["C2"].numbers["full_kv2"]["holds"] is None
     assert by_id["C1"].seeds_agreeing == "1/1"
+
+
+def test_committed_demo_statistics_recompute_from_its_correctness_matrices():
+  results = results_file.load(_path("demo"))
+  s = results.settings
+  for record in results.variants:
+    matrices = correctness.load(correctness.path_for(os.path.join(RESULTS, "demo"),
+                                                     record.name))
+    far = matrices["needle_far"]
+    sizes = [t.chunk_size for t in record.analysis.by_chunk_size]
+    again = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, seed=s["seed"],
+                          num_resamples=s["num_resamples"],
+                          num_permutations=s["num_permutations"])
+    assert again == record.analysis, record.name  # every interval, p-value and the period
