@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chunkformer.evaluation import claims, stats, verdicts
-from chunkformer.evaluation.records import Interval
+from chunkformer.evaluation.records import Interval, PrefixAnalysis
 from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 
 BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
@@ -70,3 +70,15 @@ def test_unlearned_model_leaves_the_claim_undecided_and_extra_claims_replace_it(
   assert verdicts.claims(records, extra={"C6": decided})[5] is decided
   with pytest.raises(ValueError, match="NOT TESTED"):
     claims.Claim("C1", "s", "NOT TESTED", "r", {}, "0/0")
+
+
+def test_code_model_record_without_needle_sweep_round_trips_through_json():
+  prefix = PrefixAnalysis(BASE.nested(), tuple(0.5 for _ in BASE.offsets),
+                          code_accuracy_by_prefix=tuple(0.9 for _ in BASE.offsets))
+  record = dataclasses.replace(_record("code_m4", 1, task="code"), primary_probe="prefix",
+                               analysis=BASE, prefix_probe=prefix, heldout={"loss": 1.5},
+                               images={"a": "plots/a.png"})
+  data = json.loads(json.dumps(record.to_json()))
+  assert "depths" not in data and data["primary_probe"] == "prefix"
+  assert VariantRecord.from_json(data) == record
+  assert verdicts.claims([record])[6].numbers["code_m4"]["holds"] is False  # C7: no period
