@@ -6,7 +6,12 @@
   python eval.py --config configs/sweeps/<name>.py --workdir DIR [--config.sweep.x=v]
       a periodicity sweep: trains the variants without a finished run in DIR/<variant>/
       (resumable), evaluates all, writes DIR/results.json, DIR/report.md and DIR/plots/, and
-      ends by printing the comparison table and the path of report.md.
+      ends by printing the comparison table and the path of report.md;
+  python eval.py --config ... --workdir DIR --shard i/n
+      only the variants of shard i of n (0 <= i < n; positions i, i + n, ... of sweep.order),
+      each part resumable; the part that finds every variant evaluated writes the results;
+  python eval.py --config ... --workdir DIR --merge
+      results.json, report.md and plots/ from the stored records of every variant.
 """
 
 import json
@@ -17,7 +22,7 @@ from absl import app, flags
 
 from chunkformer import cli, evaluate
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import sweep, sweep_config
+from chunkformer.evaluation import shards, sweep, sweep_config
 
 _CONFIG = cli.define_config_flag(required=False)
 _WORKDIR = cli.define_workdir_flag()
@@ -25,6 +30,8 @@ _EVAL_BATCHES = flags.DEFINE_integer("eval_batches", None,
                                      "held-out batches (default: the run's train.eval_batches)")
 _ALLOW_UNFINISHED = flags.DEFINE_bool("allow_unfinished", False,
                                       "evaluate the newest checkpoint of an unfinished run")
+_SHARD = flags.DEFINE_string("shard", None, "i/n: run only shard i of n of a sweep's variants")
+_MERGE = flags.DEFINE_bool("merge", False, "merge the sweep's stored per-variant records")
 cli.define_distributed_flags()
 
 
@@ -32,9 +39,22 @@ def _run_sweep(config) -> None:
   if not sweep_config.is_sweep_config(config):
     raise ConfigError("config field 'sweep' is missing: --config must be a sweep config "
                       "(configs/sweeps/*.py); train configs go to train.py")
-  outcome = sweep.run(config, _WORKDIR.value, command=shlex.join(["python"] + sys.argv))
+  command = shlex.join(["python"] + sys.argv)
+  if _MERGE.value and _SHARD.value is not None:
+    raise ConfigError("--merge and --shard: give one (run the shards, then --merge)")
+  if _MERGE.value:
+    outcome = sweep.merge(config, _WORKDIR.value, command=command)
+  else:
+    shard = None if _SHARD.value is None else shards.parse(_SHARD.value)
+    outcome = sweep.run(config, _WORKDIR.value, command=command, shard=shard)
+  if isinstance(outcome, sweep.PartOutcome):
+    print(f"shard {outcome.shard}: evaluated {', '.join(outcome.evaluated)}; still missing "
+          f"{', '.join(outcome.missing)} (run their shards, or --merge once they are done)")
+    return
   print(outcome.table)
   print("\nverdicts:\n" + "\n".join(f"- {line}" for line in outcome.verdicts))
+  print("\nclaims:\n" + "\n".join(f"- {c.id} {c.verdict} (seeds {c.seeds_agreeing}): "
+                                    f"{c.statement}" for c in outcome.claims))
   print(f"\nreport: {outcome.report_path}")
 
 
@@ -48,6 +68,8 @@ def main(argv):
     if _CONFIG.value is not None:
       _run_sweep(_CONFIG.value)
       return
+    if _SHARD.value is not None or _MERGE.value:
+      raise ConfigError("--shard/--merge need a sweep config: --config configs/sweeps/<name>.py")
     result = evaluate.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
                                           allow_unfinished=_ALLOW_UNFINISHED.value)
   except (ConfigError, sweep.Interrupted) as e:

@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,6 +23,7 @@ from absl import logging
 from chunkformer import trainer
 from chunkformer.config import DataConfig
 from chunkformer.data import code, kv
+from chunkformer.evaluation.variant_record import VariantRecord
 
 FAST_ENV = "CHUNKFORMER_FAST"
 RUNS_ENV = "CHUNKFORMER_RUNS"
@@ -100,21 +101,22 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits
   return "\n".join(lines)
 
 
-def phase_table(records: Sequence[Mapping[str, Any]]) -> str:
+def phase_table(records: Sequence[VariantRecord]) -> str:
   """Accuracy per phase (offset mod M) of sweep records, with 95% bootstrap intervals, plus
   the max gap, detected period and permutation p-value: one row per variant."""
-  phases = sorted({p for r in records for p in r["phases"]})
+  phases = sorted({p for r in records for p in r.analysis.phase.phases})
   rows = []
   for r in records:
+    table = r.analysis.phase
     by_phase = {p: (a, lo, hi) for p, a, lo, hi in zip(
-        r["phases"], r["accuracy_by_phase"], r["accuracy_by_phase_low"],
-        r["accuracy_by_phase_high"], strict=True)}
+        table.phases, table.accuracy.values, table.accuracy.low, table.accuracy.high,
+        strict=True)}
     cells = []
     for p in phases:
       a, lo, hi = by_phase.get(p, (None, None, None))
       cells.append("-" if a is None else f"{a:.2f} [{lo:.2f}, {hi:.2f}]")
-    p = r["p_value"]
-    rows.append([r["name"], *cells, r["max_gap"], r["detected_period"] or "none",
+    p = r.analysis.p_value
+    rows.append([r.name, *cells, table.gap.value, r.analysis.detected_period or "none",
                  "-" if p is None else f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"])
   headers = ["variant", *(f"phase {p}" for p in phases), "max gap", "period", "p"]
   return markdown_table(headers, rows)

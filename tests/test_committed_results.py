@@ -1,26 +1,103 @@
 """The committed sweep outputs (results/demo, results/study) still load and recompute exactly.
 
-Verdicts and the comparison table are pure functions of the stored per-variant records, so
-any change to stats, verdicts or report that alters them shows up here, without retraining.
+Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
+so any change to stats, verdicts or report that alters them shows up here, without retraining.
+The typed records read the committed (schema version 1) files and write the same JSON back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import pytest
 
-from chunkformer.evaluation import report, verdicts
+from chunkformer.evaluation import claims as claims_lib
+from chunkformer.evaluation import correctness, report, results_file, stats, verdicts
+from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+SWEEPS = ["demo", "study"]
 
 
-@pytest.mark.parametrize("sweep", ["demo", "study"])
+def _path(sweep: str) -> str:
+  return os.path.join(RESULTS, sweep, "results.json")
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
 def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep):
-  with open(os.path.join(RESULTS, sweep, "results.json")) as f:
-    results = json.load(f)
-  assert results["verdicts"] and results["variants"]
-  assert verdicts.decide(results["variants"]) == results["verdicts"]
+  results = results_file.load(_path(sweep))
+  assert results.verdicts and results.variants
+  assert tuple(verdicts.decide(results.variants)) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
-    assert report.comparison_table(results["variants"]) in f.read()
+    assert report.comparison_table(results.variants) in f.read()
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_committed_results_read_and_write_back_their_own_json(sweep):
+  with open(_path(sweep)) as f:
+    stored = json.load(f)
+  results = results_file.SweepResults.from_json(stored)
+  assert "schema_version" not in stored and results.claims == ()
+  written = json.loads(results_file.dumps(results))
+  # Version 2 adds fields; every stored one comes back with the same JSON text (types too).
+  added = {"schema_version", "claims"}
+  assert set(written) - set(stored) == added
+  for key in stored:
+    if key != "variants":
+      assert json.dumps(written[key]) == json.dumps(stored[key]), key
+  for old, new in zip(stored["variants"], written["variants"], strict=True):
+    assert set(new) - set(old) == {"analysis_seed"}
+    assert {k: json.dumps(new[k]) for k in old} == {k: json.dumps(v) for k, v in old.items()}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_record_to_json_and_back_is_the_same_record(sweep):
+  results = results_file.load(_path(sweep))
+  for record in results.variants:
+    again = VariantRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert again == record
+  claims = tuple(verdicts.claims(results.variants))
+  with_claims = results_file.SweepResults.from_json(
+      json.loads(results_file.dumps(dataclasses.replace(results, claims=claims))))
+  assert with_claims.claims == claims
+
+
+@pytest.mark.parametrize("sweep, expected", [
+    ("demo", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "INCONCLUSIVE",
+              "C5": "INCONCLUSIVE", "C6": "INCONCLUSIVE", "C8": "REPRODUCED",
+              "C9": "INCONCLUSIVE"}),
+    ("study", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
+               "C5": "NOT REPRODUCED", "C6": "INCONCLUSIVE", "C7": "INCONCLUSIVE",
+               "C8": "REPRODUCED", "C9": "REPRODUCED"}),
+])
+def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
+  claims = verdicts.claims(results_file.load(_path(sweep)).variants)
+  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 10)]
+  for claim in claims:
+    assert claim.verdict in claims_lib.VERDICTS and "NOT TESTED" not in claim.reason
+    assert claim.reason, claim.id
+  by_id = {c.id: c for c in claims}
+  assert {k: by_id[k].verdict for k in expected} == expected
+  if sweep == "study":
+    # C5 rests on two overlapping intervals (0.686 vs 0.573): the reason says so.
+    assert "not significant" in by_id["C5"].reason
+    assert by_id["C5"].numbers["fixed_m2"]["m2"]["max_gap"] == pytest.approx(0.686, abs=1e-3)
+    # C2: full_kv2 has no period but misses the accuracy gate: undecided, not a failure.
+    assert by_id["C2"].numbers["full_kv2"]["holds"] is None
+    assert by_id["C1"].seeds_agreeing == "1/1"
+
+
+def test_committed_demo_statistics_recompute_from_its_correctness_matrices():
+  results = results_file.load(_path("demo"))
+  s = results.settings
+  for record in results.variants:
+    matrices = correctness.load(correctness.path_for(os.path.join(RESULTS, "demo"),
+                                                     record.name))
+    far = matrices["needle_far"]
+    sizes = [t.chunk_size for t in record.analysis.by_chunk_size]
+    again = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, seed=s["seed"],
+                          num_resamples=s["num_resamples"],
+                          num_permutations=s["num_permutations"])
+    assert again == record.analysis, record.name  # every interval, p-value and the period

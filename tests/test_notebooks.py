@@ -1,6 +1,7 @@
 """The notebooks as stored, and the small library pieces they use (their cells run under
 ``pytest --nbmake notebooks`` with CHUNKFORMER_FAST=1; these tests check what that cannot)."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -14,7 +15,8 @@ import pytest
 from chunkformer import chunking, notebook
 from chunkformer.config import AttentionConfig, DataConfig
 from chunkformer.data import kv
-from chunkformer.evaluation import anatomy, kernel_check, layout_plots, sweep_config
+from chunkformer.evaluation import anatomy, kernel_check, layout_plots, records, stats, sweep_config
+from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 from configs.sweeps import demo, notebooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,9 +89,13 @@ def test_fast_mode_writes_into_a_fresh_temporary_directory(monkeypatch, tmp_path
 def test_tables_print_missing_values_as_dashes():
   table = notebook.markdown_table(["a", "b"], [[1, None], [0.12345, float("nan")]], digits=2)
   assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | - |", "| 0.12 | - |"]
-  record = dict(name="m", phases=[0, 1], accuracy_by_phase=[1.0, 0.25],
-                accuracy_by_phase_low=[0.9, 0.1], accuracy_by_phase_high=[1.0, 0.4],
-                max_gap=0.75, detected_period=2, p_value=1e-4)
+  base = stats.analyze(np.ones((2, 4)), np.arange(4), [2], num_resamples=10,
+                       num_permutations=10)
+  phase = records.PhaseTable((0, 1), records.Curve((1.0, 0.25), (0.9, 0.1), (1.0, 0.4)), 1,
+                             records.Interval(0.75, None, None), 1e-4)
+  analysis = dataclasses.replace(base, phase=phase, detected_period=2,
+                                 by_chunk_size=(records.PeriodTest(2, phase, 0.5, 1e-4),))
+  record = VariantRecord(VariantSetup("m", "fixed", "fixed"), analysis, "needle", 1, None)
   row = notebook.phase_table([record]).splitlines()[2]
   assert row == "| m | 1.00 [0.90, 1.00] | 0.25 [0.10, 0.40] | 0.750 | 2 | 1.0e-04 |"
 

@@ -20,15 +20,21 @@ from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
 from chunkformer.evaluation import (
   boundaries,
+  correctness,
   needle_sweep,
   prefix_probe,
+  results_file,
+  shards,
   slot_gain,
+  stats,
   sweep,
   sweep_config,
   variant_eval,
   verdicts,
 )
 from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.records import Interval
+from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 from configs import smoke
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -213,13 +219,82 @@ def test_results_json_has_the_schema_fields_and_types(finished_sweep):
     assert os.path.exists(os.path.join(workdir, path))
 
 
+def test_stored_correctness_matrices_recompute_the_reported_statistics(finished_sweep):
+  workdir, _ = finished_sweep
+  results = results_file.load(os.path.join(workdir, "results.json"))
+  (record,) = results.variants
+  assert record.identity() == {"variant": "smoke", "seed": 0, "key_len": 1, "value_len": 1,
+                               "task": "kv"}
+  matrices = correctness.load(correctness.path_for(workdir, "smoke"))
+  assert sorted(matrices) == ["needle_far", "needle_near", "prefix"]
+  far = matrices["needle_far"]
+  assert far.correct_YxJ.shape == (TINY["num_haystacks"], TINY["num_offsets"])
+  kw = dict(seed=results.seed, num_resamples=TINY["num_resamples"],
+            num_permutations=TINY["num_permutations"])
+  sizes = [t.chunk_size for t in record.analysis.by_chunk_size]
+  # Every interval and test of the primary analysis, from the stored matrix alone.
+  assert stats.analyze(far.correct_YxJ, far.offsets_J, sizes, **kw) == record.analysis
+  overall = stats.bootstrap_mean_accuracy(far.correct_YxJ, num_resamples=kw["num_resamples"],
+                                          seed=kw["seed"])
+  assert (overall.mean, overall.low, overall.high) == (
+      record.analysis.mean_accuracy.value, record.analysis.mean_accuracy.low,
+      record.analysis.mean_accuracy.high)
+  prefix = matrices["prefix"]
+  assert stats.analyze(prefix.correct_YxJ, prefix.offsets_J, sizes,
+                       **kw).nested() == record.prefix_probe.analysis
+  pooled = np.concatenate([matrices["needle_far"].correct_YxJ,
+                           matrices["needle_near"].correct_YxJ])
+  assert stats.analyze(pooled, far.offsets_J, sizes, **kw).nested() == record.all_depths
+
+
+def _comparable(path: str) -> dict:
+  """results.json without what differs between invocations (dates, wall times, paths)."""
+  with open(path) as f:
+    results = json.load(f)
+  for key in ("date", "wall_time_s", "command"):
+    results.pop(key)
+  for record in results["variants"]:
+    for key in ("eval_wall_s", "train_wall_s", "workdir"):
+      record.pop(key)
+  return results
+
+
+def test_two_shards_and_a_merge_give_the_unsharded_results(finished_sweep, tmp_path,
+                                                          monkeypatch):
+  workdir, _ = finished_sweep
+  monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
+  config = _sweep({"smoke": SMOKE, "smoke_b": SMOKE})  # two variants, one finished run each
+  dirs = {}
+  for name in ("whole", "sharded"):
+    for variant_name in ("smoke", "smoke_b"):
+      shutil.copytree(os.path.join(workdir, "smoke"), tmp_path / name / variant_name)
+    dirs[name] = str(tmp_path / name)
+  whole = sweep.run(config, dirs["whole"], command="test")
+  part = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("1/2"))
+  assert isinstance(part, sweep.PartOutcome)
+  assert part.evaluated == ["smoke_b"] and part.missing == ["smoke"]
+  assert not os.path.exists(os.path.join(dirs["sharded"], "results.json"))
+  with pytest.raises(ConfigError, match=r"^--merge: .*smoke \(not evaluated\)"):
+    sweep.merge(config, dirs["sharded"])
+  last = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("0/2"))
+  assert isinstance(last, sweep.Outcome)  # every part present: merged
+  assert _comparable(last.results_path) == _comparable(whole.results_path)
+  merged = sweep.merge(config, dirs["sharded"], command="test")
+  assert _comparable(merged.results_path) == _comparable(whole.results_path)
+  assert merged.table == whole.table and merged.verdicts == whole.verdicts
+  # Records evaluated under other sweep settings are stale: the merge names them.
+  with pytest.raises(ConfigError, match=r"smoke \(evaluated under other sweep settings: "
+                     r"num_resamples\)"):
+    sweep.merge(_sweep({"smoke": SMOKE, "smoke_b": SMOKE}, num_resamples=60), dirs["sharded"])
+
+
 def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):
   workdir, first = finished_sweep
   def refuse(*args, **kwargs):
     raise AssertionError("trainer.train called for a finished variant")
   monkeypatch.setattr(trainer, "train", refuse)
   again = sweep.run(_sweep({"smoke": SMOKE}), workdir, command="test")  # the fixture's command
-  assert again.records[0]["accuracy_by_offset"] == first.records[0]["accuracy_by_offset"]
+  assert again.records[0].analysis == first.records[0].analysis
 
 
 def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):
@@ -256,13 +331,16 @@ def test_variant_dir_holding_another_config_is_refused_before_training(finished_
     sweep.run(_sweep({"smoke": other}), workdir)
 
 
-def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, **extra):
-  record = dict(name=name, attention=attention, chunk_size=m, rope=True, pooling="gated",
-                overlap=False, stagger=False, random_phase=False, key_shift=False, p_value=p,
-                detected_period=period, max_gap=gap, far_accuracy=far, mean_accuracy=far,
-                key_len=1, value_len=1, by_chunk_size=[{"chunk_size": 4}])
-  record.update(extra)
-  return record
+def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, **setup):
+  """A record with these numbers (the rest from a constant matrix); ``setup`` as VariantSetup."""
+  base = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
+                       num_permutations=10)
+  phase = dataclasses.replace(base.phase, gap=Interval(gap, None, None), p_value=p)
+  analysis = dataclasses.replace(
+      base, phase=phase, detected_period=period, mean_accuracy=Interval(far, None, None),
+      by_chunk_size=(dataclasses.replace(base.by_chunk_size[0], table=phase, p_value=p),))
+  return VariantRecord(VariantSetup(name, attention, attention, chunk_size=m, **setup),
+                       analysis, "needle", 10, compression_ratio=None)
 
 
 def test_verdicts_follow_the_numbers():

@@ -1,7 +1,9 @@
 """Evaluation of periodicity sweeps: statistics, figures and the markdown report.
 
 - ``stats``: bootstrap intervals, per-phase accuracy, periodic share, spectrum, permutation
-  tests, period detection and ``analyze`` (everything as JSON-ready python types).
+  tests, period detection and ``analyze`` (a typed ``records.Analysis``).
+- ``records``, ``variant_record``, ``claims``, ``results_file``: the typed sweep records
+  (frozen dataclasses with their results.json form, ``to_json``/``from_json``).
 - ``plots``: PNG figures (matplotlib, Agg canvas; imported on demand, not here).
 - ``report``: the comparison table (console and markdown) and the report file.
 """

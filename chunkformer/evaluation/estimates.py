@@ -2,7 +2,7 @@
 
 Part of the sweep statistics (``stats`` is the entry point; its docstring states the design):
 inputs and phases, haystack bootstrap intervals, the per-phase accuracy and its gap, the
-periodic share and the spectrum. Letters: S haystacks, K offsets, G phase groups, R bootstrap
+periodic share and the spectrum. Letters: Y haystacks, J offsets, G phase groups, R bootstrap
 resamples or permutations, F frequencies.
 """
 
@@ -44,50 +44,50 @@ def _rng(seed: int, stream: int) -> np.random.Generator:
   return np.random.default_rng([stream, int(seed)])
 
 
-def as_correct_SxK(correct_SxK) -> np.ndarray:
-  """Validated float64 copy of a correctness matrix [S, K] with values in [0, 1]."""
-  x = np.asarray(correct_SxK, dtype=np.float64)
+def as_correct_YxJ(correct_YxJ) -> np.ndarray:
+  """Validated float64 copy of a correctness matrix [Y, J] with values in [0, 1]."""
+  x = np.asarray(correct_YxJ, dtype=np.float64)
   if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:
-    _fail("correct_SxK", f"expected shape [S >= 1, K >= 2], got {x.shape}")
+    _fail("correct_YxJ", f"expected shape [Y >= 1, J >= 2], got {x.shape}")
   if not np.all(np.isfinite(x)) or x.min() < 0.0 or x.max() > 1.0:
-    _fail("correct_SxK", "values must be finite and lie in [0, 1]")
+    _fail("correct_YxJ", "values must be finite and lie in [0, 1]")
   return x
 
 
-def as_offsets_K(offsets_K, num_offsets: int) -> np.ndarray:
-  """Validated int64 offsets [K]: integral and strictly increasing."""
-  x = np.asarray(offsets_K)
+def as_offsets_J(offsets_J, num_offsets: int) -> np.ndarray:
+  """Validated int64 offsets [J]: integral and strictly increasing."""
+  x = np.asarray(offsets_J)
   if x.shape != (num_offsets,):
-    _fail("offsets_K", f"expected shape [{num_offsets}], got {x.shape}")
+    _fail("offsets_J", f"expected shape [{num_offsets}], got {x.shape}")
   if not np.all(np.equal(np.mod(x, 1), 0)):
-    _fail("offsets_K", "offsets must be integers")
+    _fail("offsets_J", "offsets must be integers")
   x = x.astype(np.int64)
   if np.any(np.diff(x) <= 0):
-    _fail("offsets_K", "offsets must be strictly increasing")
+    _fail("offsets_J", "offsets must be strictly increasing")
   return x
 
 
-def _as_phases(phases, shape_SxK: tuple[int, int]) -> np.ndarray:
+def _as_phases(phases, shape_YxJ: tuple[int, int]) -> np.ndarray:
   x = np.asarray(phases)
-  if x.shape not in (shape_SxK[1:], shape_SxK):
-    _fail("phases", f"expected shape [K] or [S, K] = {shape_SxK}, got {x.shape}")
+  if x.shape not in (shape_YxJ[1:], shape_YxJ):
+    _fail("phases", f"expected shape [J] or [Y, J] = {shape_YxJ}, got {x.shape}")
   if not np.all(np.equal(np.mod(x, 1), 0)) or np.any(x < 0):
     _fail("phases", "phases must be non-negative integers")
   return x.astype(np.int64)
 
 
-def phases_of_offsets(offsets_K, period: int, origin: int = 0) -> np.ndarray:
+def phases_of_offsets(offsets_J, period: int, origin: int = 0) -> np.ndarray:
   """Phase of each offset inside fixed chunks of ``period`` tokens starting at ``origin``."""
   if period < 1:
     _fail("period", f"must be >= 1, got {period}")
-  return np.mod(np.asarray(offsets_K, dtype=np.int64) - origin, period)
+  return np.mod(np.asarray(offsets_J, dtype=np.int64) - origin, period)
 
 
-def _bootstrap_weights_RxS(num_haystacks: int, num_resamples: int, seed: int) -> np.ndarray:
+def _bootstrap_weights_RxY(num_haystacks: int, num_resamples: int, seed: int) -> np.ndarray:
   """Resampling haystacks with replacement, as multiplicities normalised to sum to one.
 
   Multiplicities turn every resampled statistic into a matrix product, so memory stays
-  O(R * (S + K)) instead of O(R * S * K).
+  O(R * (Y + J)) instead of O(R * Y * J).
   """
   if num_resamples < 1:
     _fail("num_resamples", f"must be >= 1, got {num_resamples}")
@@ -106,34 +106,34 @@ def _percentiles(samples_RxN: np.ndarray, confidence: float) -> tuple[np.ndarray
   return low, high
 
 
-def bootstrap_offset_accuracy(correct_SxK, *, num_resamples: int = 2000,
+def bootstrap_offset_accuracy(correct_YxJ, *, num_resamples: int = 2000,
                               confidence: float = 0.95, seed: int = 0) -> Estimate:
-  """Accuracy per offset (mean over haystacks) with a bootstrap interval; arrays of shape [K]."""
-  correct_SxK = as_correct_SxK(correct_SxK)
-  weights_RxS = _bootstrap_weights_RxS(correct_SxK.shape[0], num_resamples, seed)
-  low_K, high_K = _percentiles(weights_RxS @ correct_SxK, confidence)
-  return Estimate(correct_SxK.mean(axis=0), low_K, high_K)
+  """Accuracy per offset (mean over haystacks) with a bootstrap interval; arrays of shape [J]."""
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  weights_RxY = _bootstrap_weights_RxY(correct_YxJ.shape[0], num_resamples, seed)
+  low_J, high_J = _percentiles(weights_RxY @ correct_YxJ, confidence)
+  return Estimate(correct_YxJ.mean(axis=0), low_J, high_J)
 
 
-def bootstrap_mean_accuracy(correct_SxK, *, num_resamples: int = 2000,
+def bootstrap_mean_accuracy(correct_YxJ, *, num_resamples: int = 2000,
                             confidence: float = 0.95, seed: int = 0) -> Estimate:
   """Accuracy over all trials with a bootstrap interval (floats)."""
-  correct_SxK = as_correct_SxK(correct_SxK)
-  weights_RxS = _bootstrap_weights_RxS(correct_SxK.shape[0], num_resamples, seed)
-  samples_Rx1 = weights_RxS @ correct_SxK.mean(axis=1, keepdims=True)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  weights_RxY = _bootstrap_weights_RxY(correct_YxJ.shape[0], num_resamples, seed)
+  samples_Rx1 = weights_RxY @ correct_YxJ.mean(axis=1, keepdims=True)
   low, high = _percentiles(samples_Rx1, confidence)
-  return Estimate(float(correct_SxK.mean()), float(low[0]), float(high[0]))
+  return Estimate(float(correct_YxJ.mean()), float(low[0]), float(high[0]))
 
 
-def offset_gap(correct_SxK) -> float:
+def offset_gap(correct_YxJ) -> float:
   """Max minus min of the per-offset accuracy: descriptive only.
 
-  A max over K noisy means sits well above the true gap when many offsets share the top or
-  bottom value (measured: 0.63 for a true 0.40 at S=32, K=48), and no bootstrap interval
+  A max over J noisy means sits well above the true gap when many offsets share the top or
+  bottom value (measured: 0.63 for a true 0.40 at Y=32, J=48), and no bootstrap interval
   fixes that (both percentile and basic intervals covered the truth in under 25% of
   simulations), so none is given. Use the phase gap and the permutation p-value for claims.
   """
-  return float(np.ptp(as_correct_SxK(correct_SxK).mean(axis=0)))
+  return float(np.ptp(as_correct_YxJ(correct_YxJ).mean(axis=0)))
 
 
 def _group_index(phases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,43 +142,43 @@ def _group_index(phases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return labels_G, index.reshape(phases.shape)
 
 
-def _phase_sums(correct_SxK: np.ndarray, index: np.ndarray,
+def _phase_sums(correct_YxJ: np.ndarray, index: np.ndarray,
                 num_groups: int) -> tuple[np.ndarray, np.ndarray]:
-  """Per-haystack sums and trial counts of each phase group: two arrays [S, G]."""
-  num_haystacks = correct_SxK.shape[0]
-  index_SxK = np.broadcast_to(index, correct_SxK.shape)
-  flat = (np.arange(num_haystacks)[:, None] * num_groups + index_SxK).ravel()
+  """Per-haystack sums and trial counts of each phase group: two arrays [Y, G]."""
+  num_haystacks = correct_YxJ.shape[0]
+  index_YxJ = np.broadcast_to(index, correct_YxJ.shape)
+  flat = (np.arange(num_haystacks)[:, None] * num_groups + index_YxJ).ravel()
   size = num_haystacks * num_groups
-  sums_SxG = np.bincount(flat, weights=correct_SxK.ravel(), minlength=size)
-  counts_SxG = np.bincount(flat, minlength=size).astype(np.float64)
-  return sums_SxG.reshape(-1, num_groups), counts_SxG.reshape(-1, num_groups)
+  sums_YxG = np.bincount(flat, weights=correct_YxJ.ravel(), minlength=size)
+  counts_YxG = np.bincount(flat, minlength=size).astype(np.float64)
+  return sums_YxG.reshape(-1, num_groups), counts_YxG.reshape(-1, num_groups)
 
 
-def phase_accuracy(correct_SxK, phases, *, num_resamples: int = 2000, confidence: float = 0.95,
+def phase_accuracy(correct_YxJ, phases, *, num_resamples: int = 2000, confidence: float = 0.95,
                    seed: int = 0) -> PhaseAccuracy:
   """Accuracy per phase and the max-min gap over phases, with bootstrap intervals.
 
   Args:
-    correct_SxK: outcomes in [0, 1].
-    phases: integer phase of each offset, shape [K] (e.g. ``offsets_K mod M``), or of each
-      trial, shape [S, K] (dynamic chunking: phase relative to the chunk the needle actually
+    correct_YxJ: outcomes in [0, 1].
+    phases: integer phase of each offset, shape [J] (e.g. ``offsets_J mod M``), or of each
+      trial, shape [Y, J] (dynamic chunking: phase relative to the chunk the needle actually
       landed in, which depends on the haystack).
   Returns:
     PhaseAccuracy. A group's accuracy pools all its trials (sum of outcomes / trial count);
     resamples in which a group has no trial are skipped for that group's interval.
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
-  labels_G, index = _group_index(_as_phases(phases, correct_SxK.shape))
-  sums_SxG, counts_SxG = _phase_sums(correct_SxK, index, labels_G.size)
-  mean_G = sums_SxG.sum(axis=0) / counts_SxG.sum(axis=0)
-  weights_RxS = _bootstrap_weights_RxS(correct_SxK.shape[0], num_resamples, seed)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  labels_G, index = _group_index(_as_phases(phases, correct_YxJ.shape))
+  sums_YxG, counts_YxG = _phase_sums(correct_YxJ, index, labels_G.size)
+  mean_G = sums_YxG.sum(axis=0) / counts_YxG.sum(axis=0)
+  weights_RxY = _bootstrap_weights_RxY(correct_YxJ.shape[0], num_resamples, seed)
   with np.errstate(invalid="ignore", divide="ignore"):
-    samples_RxG = (weights_RxS @ sums_SxG) / (weights_RxS @ counts_SxG)
+    samples_RxG = (weights_RxY @ sums_YxG) / (weights_RxY @ counts_YxG)
   low_G, high_G = _percentiles(samples_RxG, confidence)
   gap = float(np.ptp(mean_G))
   # Basic (reflected) interval: a resampled max-min is biased upwards like the estimate
   # itself, so percentiles of it sit too high (they cannot even reach a true gap of 0).
-  # Measured coverage with 4 phases of 12 offsets, S=32: 0.92 (percentile 0.90) at a true
+  # Measured coverage with 4 phases of 12 offsets, Y=32: 0.92 (percentile 0.90) at a true
   # gap of 0.4, 0.79 at a true gap of 0 (percentile 0.0).
   gaps_R = np.nanmax(samples_RxG, axis=1) - np.nanmin(samples_RxG, axis=1)
   q_low, q_high = _percentiles(gaps_R[:, None], confidence)
@@ -186,48 +186,48 @@ def phase_accuracy(correct_SxK, phases, *, num_resamples: int = 2000, confidence
   return PhaseAccuracy(labels_G, Estimate(mean_G, low_G, high_G), gap)
 
 
-def _between_ss_N(centered_NxK: np.ndarray, index_K: np.ndarray, num_groups: int) -> np.ndarray:
-  """Between-group sum of squares of N centred curves grouped by index_K."""
-  num_curves = centered_NxK.shape[0]
-  flat = (np.arange(num_curves)[:, None] * num_groups + index_K[None, :]).ravel()
-  sums_NxG = np.bincount(flat, weights=centered_NxK.ravel(),
+def _between_ss_N(centered_NxJ: np.ndarray, index_J: np.ndarray, num_groups: int) -> np.ndarray:
+  """Between-group sum of squares of N centred curves grouped by index_J."""
+  num_curves = centered_NxJ.shape[0]
+  flat = (np.arange(num_curves)[:, None] * num_groups + index_J[None, :]).ravel()
+  sums_NxG = np.bincount(flat, weights=centered_NxJ.ravel(),
                          minlength=num_curves * num_groups).reshape(num_curves, num_groups)
-  counts_G = np.bincount(index_K, minlength=num_groups)
+  counts_G = np.bincount(index_J, minlength=num_groups)
   return (sums_NxG**2 / counts_G).sum(axis=1)
 
 
-def periodic_share(accuracy_K, phases_K) -> float:
-  """Fraction of the variance of accuracy_K explained by its per-phase means (eta squared).
+def periodic_share(accuracy_J, phases_J) -> float:
+  """Fraction of the variance of accuracy_J explained by its per-phase means (eta squared).
 
-  0.0 for a constant curve (nothing to explain). Grouping by ``offset mod P`` with K a
+  0.0 for a constant curve (nothing to explain). Grouping by ``offset mod P`` with J a
   multiple of P gives the DFT power at frequencies j/P, j = 1..P-1, over the total power.
   """
-  accuracy_K = np.asarray(accuracy_K, dtype=np.float64)
-  phases_K = np.asarray(phases_K)
-  if phases_K.shape != accuracy_K.shape or accuracy_K.ndim != 1:
-    _fail("phases_K", f"expected the shape of accuracy_K {accuracy_K.shape}, got {phases_K.shape}")
-  centered_K = accuracy_K - accuracy_K.mean()
-  total = float(np.sum(centered_K**2))
-  if total <= 1e-24 * accuracy_K.size:
+  accuracy_J = np.asarray(accuracy_J, dtype=np.float64)
+  phases_J = np.asarray(phases_J)
+  if phases_J.shape != accuracy_J.shape or accuracy_J.ndim != 1:
+    _fail("phases_J", f"expected the shape of accuracy_J {accuracy_J.shape}, got {phases_J.shape}")
+  centered_J = accuracy_J - accuracy_J.mean()
+  total = float(np.sum(centered_J**2))
+  if total <= 1e-24 * accuracy_J.size:
     return 0.0
-  labels_G, index_K = _group_index(phases_K)
-  return float(_between_ss_N(centered_K[None], index_K, labels_G.size)[0] / total)
+  labels_G, index_J = _group_index(phases_J)
+  return float(_between_ss_N(centered_J[None], index_J, labels_G.size)[0] / total)
 
 
-def spectrum(accuracy_K, spacing: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def spectrum(accuracy_J, spacing: int = 1) -> tuple[np.ndarray, np.ndarray]:
   """One-sided power spectrum of the mean-removed accuracy curve.
 
   Args:
-    accuracy_K: accuracy at K uniformly spaced offsets.
+    accuracy_J: accuracy at J uniformly spaced offsets.
     spacing: tokens between consecutive offsets.
   Returns:
-    (frequencies_F in cycles per token, power_F), DC bin dropped, F = K // 2. Power is scaled
+    (frequencies_F in cycles per token, power_F), DC bin dropped, F = J // 2. Power is scaled
     so that it sums to the curve's total sum of squares: the fraction at a set of bins is the
     share of variance at those frequencies.
   """
-  accuracy_K = np.asarray(accuracy_K, dtype=np.float64)
-  num_offsets = accuracy_K.size
-  coefficients = np.fft.rfft(accuracy_K - accuracy_K.mean())
+  accuracy_J = np.asarray(accuracy_J, dtype=np.float64)
+  num_offsets = accuracy_J.size
+  coefficients = np.fft.rfft(accuracy_J - accuracy_J.mean())
   power = np.abs(coefficients) ** 2 / num_offsets
   # Bins other than DC and Nyquist stand for a +f and a -f frequency of the full DFT.
   power[1:] *= 2.0

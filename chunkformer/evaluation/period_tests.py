@@ -19,11 +19,11 @@ from chunkformer.evaluation.estimates import (
     _fail,
     _group_index,
     _rng,
-    as_correct_SxK,
-    as_offsets_K,
+    as_correct_YxJ,
+    as_offsets_J,
 )
 
-# Permutations processed at once on the trial-level path (bounds memory to ~S*K*_PERM_BLOCK).
+# Permutations processed at once on the trial-level path (bounds memory to ~Y*J*_PERM_BLOCK).
 _PERM_BLOCK = 128
 
 
@@ -37,7 +37,7 @@ class PeriodScan(NamedTuple):
   adjusted_p_values: np.ndarray  # family-wise over all candidate periods (min-p)
 
 
-def _permutations_RxK(num_offsets: int, num_permutations: int, seed: int) -> np.ndarray:
+def _permutations_RxJ(num_offsets: int, num_permutations: int, seed: int) -> np.ndarray:
   if num_permutations < 1:
     _fail("num_permutations", f"must be >= 1, got {num_permutations}")
   rng = _rng(seed, _PERMUTATION_STREAM)
@@ -51,34 +51,34 @@ def _ge_counts(stats_N: np.ndarray, reference: np.ndarray) -> np.ndarray:
   return stats_N.size - np.searchsorted(np.sort(stats_N), reference - tolerance, side="left")
 
 
-def _phase_statistics(correct_SxK: np.ndarray, index: np.ndarray, num_groups: int,
-                      perms_RxK: np.ndarray) -> np.ndarray:
+def _phase_statistics(correct_YxJ: np.ndarray, index: np.ndarray, num_groups: int,
+                      perms_RxJ: np.ndarray) -> np.ndarray:
   """Between-phase sum of squares, observed first then one per permutation: shape [R + 1].
 
-  Per-offset phases: computed on the offset-mean curve (trial level is S times that).
+  Per-offset phases: computed on the offset-mean curve (trial level is Y times that).
   Per-trial phases: computed on trials, the columns permuted under the fixed phase labels.
   """
-  centered_SxK = correct_SxK - correct_SxK.mean()
+  centered_YxJ = correct_YxJ - correct_YxJ.mean()
   if index.ndim == 1:
-    curve_K = centered_SxK.mean(axis=0)
-    curves_NxK = np.concatenate([curve_K[None], curve_K[perms_RxK]])
-    return _between_ss_N(curves_NxK, index, num_groups)
+    curve_J = centered_YxJ.mean(axis=0)
+    curves_NxJ = np.concatenate([curve_J[None], curve_J[perms_RxJ]])
+    return _between_ss_N(curves_NxJ, index, num_groups)
   counts_G = np.bincount(index.ravel(), minlength=num_groups)
   stats = []
-  identity = np.arange(correct_SxK.shape[1])[None]
-  all_perms = np.concatenate([identity, perms_RxK])
+  identity = np.arange(correct_YxJ.shape[1])[None]
+  all_perms = np.concatenate([identity, perms_RxJ])
   for start in range(0, all_perms.shape[0], _PERM_BLOCK):
-    block_BxK = all_perms[start:start + _PERM_BLOCK]
-    permuted_SxBxK = centered_SxK[:, block_BxK]
-    num_block = block_BxK.shape[0]
+    block_BxJ = all_perms[start:start + _PERM_BLOCK]
+    permuted_YxBxJ = centered_YxJ[:, block_BxJ]
+    num_block = block_BxJ.shape[0]
     flat = (np.arange(num_block)[None, :, None] * num_groups + index[:, None, :]).ravel()
-    sums_BxG = np.bincount(flat, weights=permuted_SxBxK.ravel(),
+    sums_BxG = np.bincount(flat, weights=permuted_YxBxJ.ravel(),
                            minlength=num_block * num_groups).reshape(num_block, num_groups)
     stats.append((sums_BxG**2 / counts_G).sum(axis=1))
   return np.concatenate(stats)
 
 
-def phase_permutation_test(correct_SxK, phases, *, num_permutations: int = 2000,
+def phase_permutation_test(correct_YxJ, phases, *, num_permutations: int = 2000,
                            seed: int = 0) -> float:
   """Permutation p-value of the phase effect, ``(1 + #{null >= observed}) / (1 + n)``.
 
@@ -87,23 +87,23 @@ def phase_permutation_test(correct_SxK, phases, *, num_permutations: int = 2000,
   offsets shuffled with one permutation shared by all haystacks, phases kept in place.
 
   Args:
-    correct_SxK: outcomes in [0, 1].
-    phases: integer phases, shape [K] or [S, K] (see ``phase_accuracy``).
+    correct_YxJ: outcomes in [0, 1].
+    phases: integer phases, shape [J] or [Y, J] (see ``phase_accuracy``).
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
-  labels_G, index = _group_index(_as_phases(phases, correct_SxK.shape))
-  perms_RxK = _permutations_RxK(correct_SxK.shape[1], num_permutations, seed)
-  stats_N = _phase_statistics(correct_SxK, index, labels_G.size, perms_RxK)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  labels_G, index = _group_index(_as_phases(phases, correct_YxJ.shape))
+  perms_RxJ = _permutations_RxJ(correct_YxJ.shape[1], num_permutations, seed)
+  stats_N = _phase_statistics(correct_YxJ, index, labels_G.size, perms_RxJ)
   count = _ge_counts(stats_N[1:], stats_N[:1])[0]
   return float((1 + count) / (1 + num_permutations))
 
 
 def candidate_periods(num_offsets: int) -> np.ndarray:
-  """Periods with at least three full cycles in the sweep: 2 .. K // 3."""
+  """Periods with at least three full cycles in the sweep: 2 .. J // 3."""
   return np.arange(2, num_offsets // 3 + 1)
 
 
-def period_scan(correct_SxK, offsets_K, periods: Sequence[int] | None = None, *,
+def period_scan(correct_YxJ, offsets_J, periods: Sequence[int] | None = None, *,
                 num_permutations: int = 2000, seed: int = 0) -> PeriodScan:
   """Periodic share and permutation p-values of the grouping ``offset mod P`` for each P.
 
@@ -113,21 +113,21 @@ def period_scan(correct_SxK, offsets_K, periods: Sequence[int] | None = None, *,
   its adjusted p-value compares the observed value with the null maximum over all periods,
   ``(1 + #{max_P z_null >= z_observed}) / (1 + n)`` (never below the per-period p-value).
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
-  num_offsets = correct_SxK.shape[1]
-  offsets_K = as_offsets_K(offsets_K, num_offsets)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  num_offsets = correct_YxJ.shape[1]
+  offsets_J = as_offsets_J(offsets_J, num_offsets)
   periods = candidate_periods(num_offsets) if periods is None else np.asarray(periods, np.int64)
   if periods.ndim != 1 or np.any(periods < 1):
     _fail("periods", "expected a 1-D sequence of ints >= 1")
   if periods.size == 0:
     empty = np.zeros(0)
     return PeriodScan(periods, empty, empty, empty, empty)
-  perms_RxK = _permutations_RxK(num_offsets, num_permutations, seed)
-  curve_K = correct_SxK.mean(axis=0)
-  total = float(np.sum((curve_K - curve_K.mean()) ** 2))
+  perms_RxJ = _permutations_RxJ(num_offsets, num_permutations, seed)
+  curve_J = correct_YxJ.mean(axis=0)
+  total = float(np.sum((curve_J - curve_J.mean()) ** 2))
   stats_NxP = np.stack([
-      _phase_statistics(correct_SxK, index, labels.size, perms_RxK)
-      for labels, index in (_group_index(np.mod(offsets_K, p)) for p in periods)], axis=1)
+      _phase_statistics(correct_YxJ, index, labels.size, perms_RxJ)
+      for labels, index in (_group_index(np.mod(offsets_J, p)) for p in periods)], axis=1)
   num_stats = stats_NxP.shape[0]
   p_values = np.array([_ge_counts(stats_NxP[1:, j], stats_NxP[:1, j])[0]
                        for j in range(periods.size)])
@@ -144,7 +144,7 @@ def period_scan(correct_SxK, offsets_K, periods: Sequence[int] | None = None, *,
     shares = np.zeros(periods.size)
   else:
     shares = stats_NxP[0] / total
-  groups = np.array([np.unique(np.mod(offsets_K, p)).size for p in periods])
+  groups = np.array([np.unique(np.mod(offsets_J, p)).size for p in periods])
   adjusted_shares = 1.0 - (1.0 - shares) * (num_offsets - 1) / np.maximum(num_offsets - groups, 1)
   return PeriodScan(periods, shares, adjusted_shares, p_values, adjusted)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from chunkformer.config import ConfigError
+from chunkformer.evaluation.records import Analysis
 
 _DPI = 110
 _BAND_COLOR = "0.93"
@@ -37,12 +37,12 @@ def _save(figure: Figure, path: str | os.PathLike) -> str:
   return path
 
 
-def _chunk_bands(axes, offsets_K: np.ndarray, chunk_size: int | None, origin: int) -> None:
+def _chunk_bands(axes, offsets_J: np.ndarray, chunk_size: int | None, origin: int) -> None:
   """Grey background on every other chunk of ``chunk_size`` tokens starting at ``origin``."""
-  if not chunk_size or offsets_K.size == 0:
+  if not chunk_size or offsets_J.size == 0:
     return
-  first = origin + ((int(offsets_K.min()) - origin) // chunk_size) * chunk_size
-  starts = np.arange(first, int(offsets_K.max()) + 1, chunk_size)
+  first = origin + ((int(offsets_J.min()) - origin) // chunk_size) * chunk_size
+  starts = np.arange(first, int(offsets_J.max()) + 1, chunk_size)
   if starts.size > _MAX_BANDS:
     return
   for start in starts:
@@ -50,29 +50,29 @@ def _chunk_bands(axes, offsets_K: np.ndarray, chunk_size: int | None, origin: in
       axes.axvspan(start - 0.5, start + chunk_size - 0.5, color=_BAND_COLOR, lw=0, zorder=0)
 
 
-def plot_accuracy_vs_offset(path, offsets_K, accuracy_K, low_K=None, high_K=None, *,
+def plot_accuracy_vs_offset(path, offsets_J, accuracy_J, low_J=None, high_J=None, *,
                             chunk_size: int | None = None, chunk_origin: int = 0,
                             title: str = "", ylabel: str = "accuracy") -> str:
   """Accuracy per needle offset with its bootstrap band on alternating chunk backgrounds.
 
   Args:
-    offsets_K, accuracy_K: the curve; low_K/high_K: optional interval bounds.
+    offsets_J, accuracy_J: the curve; low_J/high_J: optional interval bounds.
     chunk_size: M; every other chunk [origin + iM, origin + (i+1)M) is shaded, so a weak
       phase shows as a dip at the same place in each band.
   """
-  offsets_K = np.asarray(offsets_K)
+  offsets_J = np.asarray(offsets_J)
   figure = _figure(7.0, 3.0)
   axes = figure.subplots()
-  _chunk_bands(axes, offsets_K, chunk_size, chunk_origin)
-  if low_K is not None and high_K is not None:
-    axes.fill_between(offsets_K, _floats(low_K), _floats(high_K), color="C0", alpha=0.25, lw=0,
+  _chunk_bands(axes, offsets_J, chunk_size, chunk_origin)
+  if low_J is not None and high_J is not None:
+    axes.fill_between(offsets_J, _floats(low_J), _floats(high_J), color="C0", alpha=0.25, lw=0,
                       label="95% bootstrap")
-  axes.plot(offsets_K, _floats(accuracy_K), "o-", color="C0", ms=3, lw=1, label="mean")
+  axes.plot(offsets_J, _floats(accuracy_J), "o-", color="C0", ms=3, lw=1, label="mean")
   axes.set_xlabel("needle offset (tokens)" + (f"; bands = chunks of M={chunk_size}"
                                                if chunk_size else ""))
   axes.set_ylabel(ylabel)
   axes.set_ylim(-0.02, 1.02)
-  axes.set_xlim(offsets_K.min() - 0.5, offsets_K.max() + 0.5)
+  axes.set_xlim(offsets_J.min() - 0.5, offsets_J.max() + 0.5)
   axes.set_title(title, fontsize=10)
   axes.legend(loc="best", fontsize=8)
   return _save(figure, path)
@@ -178,28 +178,26 @@ def plot_slot_gains(path, gains, *, title: str = "", value_label: str = "slot ga
   return _save(figure, path)
 
 
-def plot_variant_comparison(path, curves: Mapping[str, Mapping[str, Any]], *,
+def plot_variant_comparison(path, curves: Mapping[str, Analysis], *,
                             chunk_size: int | None = None, chunk_origin: int = 0,
                             title: str = "") -> str:
   """Several variants' accuracy-vs-offset curves overlaid.
 
   Args:
-    curves: variant name -> a mapping with ``offsets`` and ``accuracy_by_offset`` and,
-      optionally, ``accuracy_by_offset_low``/``_high`` (an ``analyze`` result fits as is).
+    curves: variant name -> its analysis (offsets and accuracy per offset with band).
     chunk_size: shade alternating chunks of this size (the fixed baseline's M).
   """
   figure = _figure(7.5, 3.4)
   axes = figure.subplots()
-  all_offsets = np.concatenate([np.asarray(c["offsets"]) for c in curves.values()] or [[0]])
+  all_offsets = np.concatenate([np.asarray(c.offsets) for c in curves.values()] or [[0]])
   _chunk_bands(axes, all_offsets, chunk_size, chunk_origin)
   for i, (name, curve) in enumerate(curves.items()):
-    offsets_K = np.asarray(curve["offsets"])
+    offsets_J = np.asarray(curve.offsets)
     color = f"C{i % 10}"
-    low, high = curve.get("accuracy_by_offset_low"), curve.get("accuracy_by_offset_high")
-    if low is not None and high is not None:
-      axes.fill_between(offsets_K, _floats(low), _floats(high), color=color, alpha=0.15, lw=0)
-    axes.plot(offsets_K, _floats(curve["accuracy_by_offset"]), "o-", color=color, ms=2.5,
-              lw=1, label=name)
+    band = curve.accuracy_by_offset
+    axes.fill_between(offsets_J, _floats(band.low), _floats(band.high), color=color, alpha=0.15,
+                      lw=0)
+    axes.plot(offsets_J, _floats(band.values), "o-", color=color, ms=2.5, lw=1, label=name)
   axes.set_xlabel("needle offset (tokens)")
   axes.set_ylabel("accuracy")
   axes.set_ylim(-0.02, 1.02)
@@ -208,32 +206,31 @@ def plot_variant_comparison(path, curves: Mapping[str, Mapping[str, Any]], *,
   return _save(figure, path)
 
 
-def write_analysis_plots(analysis: Mapping[str, Any], directory, name: str) -> dict[str, str]:
+def write_analysis_plots(analysis: Analysis, directory, name: str) -> dict[str, str]:
   """The standard figures of one ``analyze`` result; returns caption -> PNG path.
 
   Writes ``{name}_offsets.png``, ``{name}_phases.png`` and, when the result has a spectrum,
   ``{name}_spectrum.png`` into ``directory``.
   """
-  size = analysis["chunk_size"]
-  xlabel = ("phase (offset mod M)" if analysis.get("phase_source") == "offset mod M"
+  size = analysis.chunk_size
+  xlabel = ("phase (offset mod M)" if analysis.phase_source == "offset mod M"
             else "phase inside the actual chunk")
+  by_offset, by_phase = analysis.accuracy_by_offset, analysis.phase.accuracy
   paths = {
       "accuracy vs offset": plot_accuracy_vs_offset(
-          os.path.join(directory, f"{name}_offsets.png"), analysis["offsets"],
-          analysis["accuracy_by_offset"], analysis["accuracy_by_offset_low"],
-          analysis["accuracy_by_offset_high"], chunk_size=size,
+          os.path.join(directory, f"{name}_offsets.png"), analysis.offsets, by_offset.values,
+          by_offset.low, by_offset.high, chunk_size=size,
           title=f"{name}: accuracy per needle offset"),
       "accuracy per phase": plot_phase_accuracy(
-          os.path.join(directory, f"{name}_phases.png"), analysis["phases"],
-          analysis["accuracy_by_phase"], analysis["accuracy_by_phase_low"],
-          analysis["accuracy_by_phase_high"], xlabel=xlabel,
+          os.path.join(directory, f"{name}_phases.png"), analysis.phase.phases,
+          by_phase.values, by_phase.low, by_phase.high, xlabel=xlabel,
           title=f"{name}: accuracy per phase (M={size})"),
   }
-  if analysis.get("spectrum"):
-    sizes = [r["chunk_size"] for r in analysis.get("by_chunk_size", [])] or [size]
+  if analysis.spectrum is not None:
+    sizes = [t.chunk_size for t in analysis.by_chunk_size]
     paths["spectrum"] = plot_spectrum(
-        os.path.join(directory, f"{name}_spectrum.png"), analysis["spectrum"]["frequencies"],
-        analysis["spectrum"]["power"], chunk_sizes=sizes,
+        os.path.join(directory, f"{name}_spectrum.png"), analysis.spectrum.frequencies,
+        analysis.spectrum.power, chunk_sizes=sizes,
         title=f"{name}: spectrum of accuracy over offsets")
   return paths
 

@@ -18,14 +18,14 @@ def _floats(values) -> np.ndarray:
   return np.array([np.nan if v is None else v for v in np.ravel(values)], dtype=np.float64)
 
 
-def plot_prefix_probe(path, prefixes_K: Sequence[int], accuracy_K, low_K=None, high_K=None, *,
+def plot_prefix_probe(path, prefixes_J: Sequence[int], accuracy_J, low_J=None, high_J=None, *,
                       chunk_size: int | None = None,
                       extra: Mapping[str, Sequence[float]] | None = None,
                       title: str = "") -> str:
   """Accuracy vs N with its interval; every other block of M prefix lengths shaded.
 
   Args:
-    prefixes_K: N values; accuracy_K and the optional bounds: one value per N.
+    prefixes_J: N values; accuracy_J and the optional bounds: one value per N.
     chunk_size: M; N and N + M put the content at the same phase, so a periodic curve repeats
       from one shaded band to the next.
     extra: further curves (name -> values per N), e.g. code byte accuracy or the boundary
@@ -33,25 +33,25 @@ def plot_prefix_probe(path, prefixes_K: Sequence[int], accuracy_K, low_K=None, h
   Returns:
     ``path`` (parent folders created).
   """
-  prefixes_K = np.asarray(prefixes_K)
+  prefixes_J = np.asarray(prefixes_J)
   figure = Figure(figsize=(7.0, 3.0), dpi=110, layout="constrained")
   FigureCanvasAgg(figure)
   axes = figure.subplots()
   if chunk_size:
-    for start in range(0, int(prefixes_K.max()) + 1, 2 * chunk_size):
+    for start in range(0, int(prefixes_J.max()) + 1, 2 * chunk_size):
       axes.axvspan(start - 0.5, start + chunk_size - 0.5, color="0.93", lw=0, zorder=0)
-  if low_K is not None and high_K is not None:
-    axes.fill_between(prefixes_K, _floats(low_K), _floats(high_K), color="C0", alpha=0.25, lw=0,
+  if low_J is not None and high_J is not None:
+    axes.fill_between(prefixes_J, _floats(low_J), _floats(high_J), color="C0", alpha=0.25, lw=0,
                       label="95% bootstrap")
-  axes.plot(prefixes_K, _floats(accuracy_K), "o-", color="C0", ms=3, lw=1,
+  axes.plot(prefixes_J, _floats(accuracy_J), "o-", color="C0", ms=3, lw=1,
             label="needle accuracy")
   for i, (name, values) in enumerate((extra or {}).items()):
-    axes.plot(prefixes_K, _floats(values), "s--", color=f"C{i + 1}", ms=2.5, lw=1, label=name)
+    axes.plot(prefixes_J, _floats(values), "s--", color=f"C{i + 1}", ms=2.5, lw=1, label=name)
   axes.set_xlabel("prefix length N (filler tokens before the prompt)"
                   + (f"; bands = M={chunk_size}" if chunk_size else ""))
   axes.set_ylabel("accuracy")
   axes.set_ylim(-0.02, 1.02)
-  axes.set_xlim(prefixes_K.min() - 0.5, prefixes_K.max() + 0.5)
+  axes.set_xlim(prefixes_J.min() - 0.5, prefixes_J.max() + 0.5)
   axes.set_title(title, fontsize=10)
   axes.legend(loc="lower right", fontsize=8)
   path = os.fspath(path)

@@ -1,34 +1,60 @@
 """Markdown report of a periodicity sweep: comparison table, per-variant sections, verdicts.
 
-A *variant record* is a mapping: an ``analyze`` result merged with the sweep's own fields.
-The table reads these keys (a missing key prints as "-"):
-  variant (name), chunking (e.g. "fixed", "dynamic/router"), chunk_size (M, or the target mean
-  chunk length of a dynamic variant), compression_ratio (achieved tokens per entry),
-  far_accuracy (falls back to mean_accuracy), max_gap, periodic_share, detected_period,
-  p_value.
-Sections also use the interval fields of ``analyze``, ``by_chunk_size`` and ``images`` (caption
--> PNG path; written relative to the report). Claims are the caller's: verdict lines are
-printed as given, so the sweep code, not this module, decides what the numbers support.
+Reads typed ``variant_record.VariantRecord``s. The table shows per variant: its name, chunking
+(e.g. "fixed", "dynamic/router"), M / target (chunk size M, or the target mean chunk length of a
+dynamic variant), the achieved compression ratio (tokens per entry), far accuracy (the primary
+probe's mean accuracy), the max gap over phases, the periodic share, the detected period and the
+permutation p-value at M. Sections add the intervals, ``by_chunk_size`` and the figures
+(caption -> PNG path; written relative to the report). Claims are the caller's: verdict lines
+and the claim table are printed as given, so the sweep code, not this module, decides what the
+numbers support.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.records import Interval
+from chunkformer.evaluation.variant_record import VariantRecord
+
 _MISSING = "-"
-# Header and record key of each table column.
-TABLE_COLUMNS = (
-    ("variant", "variant"),
-    ("chunking", "chunking"),
-    ("M / target", "chunk_size"),
-    ("ratio", "compression_ratio"),
-    ("far acc", "far_accuracy"),
-    ("max gap", "max_gap"),
-    ("periodic share", "periodic_share"),
-    ("period", "detected_period"),
-    ("p", "p_value"),
+
+
+def _number(value: Any, spec: str) -> str:
+  if value is None or (isinstance(value, float) and value != value):
+    return _MISSING
+  return format(value, spec)
+
+
+def _p(value: Any) -> str:
+  if value is None:
+    return _MISSING
+  return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
+
+
+def _ratio(value: float | None) -> str:
+  return _MISSING if value is None else f"{value:.2f}x"
+
+
+def _size(value: int | None) -> str:
+  return _MISSING if value is None else f"{value:g}"
+
+
+# Header and cell of each table column.
+TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
+    ("variant", lambda r: r.name),
+    ("chunking", lambda r: r.setup.chunking),
+    ("M / target", lambda r: _size(r.chunk_size)),
+    ("ratio", lambda r: _ratio(r.compression_ratio)),
+    ("far acc", lambda r: _number(r.far_accuracy, ".3f")),
+    ("max gap", lambda r: _number(r.analysis.max_gap, ".3f")),
+    ("periodic share", lambda r: _number(r.analysis.periodic_share, ".3f")),
+    ("period", lambda r: "none" if r.analysis.detected_period is None
+     else str(r.analysis.detected_period)),
+    ("p", lambda r: _p(r.analysis.p_value)),
 )
 # Phase lists longer than this are left to the figure.
 _MAX_LISTED_PHASES = 16
@@ -46,29 +72,10 @@ def _p(value: Any) -> str:
   return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
 
 
-def _cell(record: Mapping[str, Any], key: str) -> str:
-  if key == "far_accuracy" and record.get(key) is None:
-    key = "mean_accuracy"
-  value = record.get(key)
-  if key == "detected_period":
-    return "none" if value is None and "detected_period" in record else _number(value, "d")
-  if value is None:
-    return _MISSING
-  if key == "p_value":
-    return _p(value)
-  if key == "compression_ratio":
-    return f"{value:.2f}x"
-  if key == "chunk_size":
-    return f"{value:g}"
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    return str(value)
-  return _number(value, "d" if isinstance(value, int) else ".3f")
-
-
-def comparison_table(records: Sequence[Mapping[str, Any]]) -> str:
+def comparison_table(records: Sequence[VariantRecord]) -> str:
   """Aligned markdown table of the variants (TABLE_COLUMNS), readable on a console too."""
   header = [name for name, _ in TABLE_COLUMNS]
-  rows = [[_cell(record, key) for _, key in TABLE_COLUMNS] for record in records]
+  rows = [[cell(record) for _, cell in TABLE_COLUMNS] for record in records]
   widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
   # Text columns left-aligned, numbers right-aligned.
   right = [i >= 2 for i in range(len(header))]
@@ -82,56 +89,58 @@ def comparison_table(records: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
-def _interval(record: Mapping[str, Any], key: str) -> str:
-  value = record.get(key)
-  if value is None:
+def _interval(estimate: Interval | None) -> str:
+  if estimate is None or estimate.value is None:
     return _MISSING
-  low, high = record.get(f"{key}_low"), record.get(f"{key}_high")
-  if low is None or high is None:
-    return f"{value:.3f}"
-  return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+  if estimate.low is None or estimate.high is None:
+    return f"{estimate.value:.3f}"
+  return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
 
 
-def _variant_section(record: Mapping[str, Any], directory: str) -> list[str]:
-  name = record.get("variant", "variant")
-  lines = [f"### {name}", ""]
-  setup = [f"chunking: {record.get('chunking', _MISSING)}",
-           f"M / target: {_cell(record, 'chunk_size')}",
-           f"achieved compression: {_cell(record, 'compression_ratio')}"]
-  if "num_haystacks" in record:
-    setup.append(f"haystacks: {record['num_haystacks']}")
+def _variant_section(record: VariantRecord, directory: str) -> list[str]:
+  a = record.analysis
+  lines = [f"### {record.name}", ""]
+  setup = [f"chunking: {record.setup.chunking}",
+           f"M / target: {_size(record.chunk_size)}",
+           f"achieved compression: {_ratio(record.compression_ratio)}",
+           f"haystacks: {a.num_haystacks}"]
   lines += ["; ".join(setup), ""]
-  conf = int(round(100 * record.get("confidence", 0.95)))
-  phase_word = ("phase inside the actual chunk" if record.get("phase_source") == "caller"
+  conf = int(round(100 * a.confidence))
+  phase_word = ("phase inside the actual chunk" if a.phase_source == "caller"
                 else "phase (offset mod M)")
-  detected = record.get("detected_period")
   lines += [
-      f"- mean accuracy: {_interval(record, 'mean_accuracy')} ({conf}% bootstrap)",
-      f"- max gap over {phase_word}: {_interval(record, 'max_gap')}",
+      f"- mean accuracy: {_interval(a.mean_accuracy)} ({conf}% bootstrap)",
+      f"- max gap over {phase_word}: {_interval(a.phase.gap)}",
       f"- max gap over offsets (descriptive, biased up by noise): "
-      f"{_number(record.get('offset_gap'), '.3f')}",
-      f"- periodic share at M: {_cell(record, 'periodic_share')}, "
-      f"p = {_p(record.get('p_value'))}",
-      f"- detected period: {'none' if detected is None else detected} "
-      f"(family-wise p = {_p(record.get('detection_p_value'))})",
+      f"{_number(a.offset_gap, '.3f')}",
+      f"- periodic share at M: {_number(a.periodic_share, '.3f')}, p = {_p(a.p_value)}",
+      f"- detected period: {'none' if a.detected_period is None else a.detected_period} "
+      f"(family-wise p = {_p(a.detection_p_value)})",
   ]
-  phases = record.get("phases")
-  if phases is not None and len(phases) <= _MAX_LISTED_PHASES:
-    values = record.get("accuracy_by_phase", [])
-    listed = ", ".join(f"{p}: {_number(v, '.2f')}" for p, v in zip(phases, values, strict=True))
+  phases = a.phase.phases
+  if len(phases) <= _MAX_LISTED_PHASES:
+    listed = ", ".join(f"{p}: {_number(v, '.2f')}"
+                       for p, v in zip(phases, a.phase.accuracy.values, strict=True))
     lines.append(f"- accuracy by {phase_word}: {listed}")
   lines.append("")
-  breakdown = record.get("by_chunk_size") or []
-  if len(breakdown) > 1:
+  if len(a.by_chunk_size) > 1:
     lines += ["| M | max gap | weakest phase | periodic share | p |",
               "|--:|--:|--:|--:|--:|"]
-    lines += [f"| {r['chunk_size']} | {_interval(r, 'max_gap')} | {r.get('weakest_phase')} "
-              f"| {_number(r.get('periodic_share'), '.3f')} | {_p(r.get('p_value'))} |"
-              for r in breakdown]
+    lines += [f"| {t.chunk_size} | {_interval(t.table.gap)} | {t.table.weakest_phase} "
+              f"| {_number(t.periodic_share, '.3f')} | {_p(t.p_value)} |"
+              for t in a.by_chunk_size]
     lines.append("")
-  for caption, path in (record.get("images") or {}).items():
+  for caption, path in record.images.items():
     lines += [f"![{caption}]({_relative(path, directory)})", ""]
   return lines
+
+
+def claims_table(claims: Sequence[Claim]) -> str:
+  """One row per claim: id, verdict, seeds agreeing, reason."""
+  lines = ["| claim | verdict | seeds agreeing | statement; reason |", "|:--|:--|--:|:--|"]
+  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement}; {c.reason} |"
+            for c in claims]
+  return "\n".join(lines)
 
 
 def _relative(path: str, directory: str) -> str:
@@ -139,9 +148,10 @@ def _relative(path: str, directory: str) -> str:
       os.sep, "/")
 
 
-def render_report(records: Sequence[Mapping[str, Any]], *, title: str,
+def render_report(records: Sequence[VariantRecord], *, title: str,
                   verdicts: Sequence[str] = (), intro: str = "",
-                  images: Mapping[str, str] | None = None, directory: str = ".") -> str:
+                  images: Mapping[str, str] | None = None, directory: str = ".",
+                  claims: Sequence[Claim] = ()) -> str:
   """The report as markdown text; image paths are made relative to ``directory``.
 
   Args:
@@ -150,6 +160,7 @@ def render_report(records: Sequence[Mapping[str, Any]], *, title: str,
     verdicts: claim lines decided by the caller, printed as a bullet list.
     intro: free text under the title (setup, commands).
     images: caption -> path of figures about the whole sweep (e.g. the comparison plot).
+    claims: the claim table (``claims.build``), printed above the verdict lines.
   """
   lines = [f"# {title}", ""]
   if intro:
@@ -162,6 +173,8 @@ def render_report(records: Sequence[Mapping[str, Any]], *, title: str,
             "phase effect at M.", ""]
   for caption, path in (images or {}).items():
     lines += [f"![{caption}]({_relative(path, directory)})", ""]
+  if claims:
+    lines += ["## Claims", "", claims_table(claims), ""]
   lines += ["## Verdicts", ""]
   lines += [f"- {verdict}" for verdict in verdicts] or ["- (none given)"]
   lines += ["", "## Variants", ""]
@@ -170,7 +183,7 @@ def render_report(records: Sequence[Mapping[str, Any]], *, title: str,
   return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(path, records: Sequence[Mapping[str, Any]], *, title: str,
+def write_report(path, records: Sequence[VariantRecord], *, title: str,
                  verdicts: Sequence[str] = (), intro: str = "",
                  images: Mapping[str, str] | None = None) -> str:
   """Writes ``render_report`` to ``path`` (folders created); returns the path."""

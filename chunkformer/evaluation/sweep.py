@@ -4,9 +4,14 @@
 1. resolves and checks every variant (ConfigError before anything is trained or written);
 2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
    (which resumes an interrupted run), showing the variant, step and ETA;
-3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains);
-4. writes ``DIR/results.json`` (schema of issue 5 plus extra fields), ``DIR/report.md`` with
-   the comparison table, verdicts and figures, and the figures under ``DIR/plots/``.
+3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains),
+   storing its record in ``DIR/records/<variant>.json`` and its correctness matrices in
+   ``DIR/correct/<variant>.npz``;
+4. writes ``DIR/results.json`` (``results_file``: the records, verdict lines and claims),
+   ``DIR/report.md`` with the comparison table, claims, verdicts and figures, and the figures
+   under ``DIR/plots/``.
+With a shard (``shards``: ``--shard i/n``) steps 2-3 cover that shard's variants and step 4
+waits until every variant has a current record (or ``merge``).
 
 A variant counts as finished when ``DIR/<variant>/final_metrics.json`` records its last step
 under the same config; it is then not retrained.
@@ -21,23 +26,34 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import jax
 import ml_collections
-import numpy as np
 from absl import logging
 
 from chunkformer import trainer
 from chunkformer import workdir as workdir_lib
-from chunkformer.evaluation import plots, report, sweep_config, variant_eval, verdicts
+from chunkformer.config import ConfigError
+from chunkformer.evaluation import (
+  correctness,
+  plots,
+  report,
+  results_file,
+  shards,
+  sweep_config,
+  variant_eval,
+  verdicts,
+)
 from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
 PLOTS_DIR = "plots"
 TRAIN_TIME_FILE = "sweep_train_time.json"
+RECORDS_DIR = "records"  # one results.json entry per variant, for merging shards
 
 
 class Interrupted(RuntimeError):
@@ -49,9 +65,10 @@ class Outcome:
   results_path: str
   report_path: str
   table: str  # the comparison table (markdown, aligned for a console)
-  records: list[dict[str, Any]]
+  records: list[VariantRecord]
   verdicts: list[str]
   wall_time_s: float
+  claims: list[Claim] = dataclasses.field(default_factory=list)
 
 
 def is_finished(variant: sweep_config.Variant) -> bool:
@@ -114,23 +131,6 @@ def _train_time(variant: sweep_config.Variant, add: float = 0.0) -> float | None
   return spent
 
 
-def _jsonable(value: Any) -> Any:
-  if isinstance(value, dict):
-    return {str(k): _jsonable(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_jsonable(v) for v in value]
-  if isinstance(value, np.ndarray):
-    return _jsonable(value.tolist())
-  if isinstance(value, np.bool_):
-    return bool(value)
-  if isinstance(value, np.integer):
-    return int(value)
-  if isinstance(value, (float, np.floating)):
-    value = float(value)
-    return value if math.isfinite(value) else None
-  return value
-
-
 def _write_atomic(path: str, text: str) -> None:
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
@@ -167,64 +167,69 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
   return "\n".join(lines)
 
 
-def _extra_sections(records: Sequence[dict[str, Any]]) -> str:
+def _extra_sections(records: Sequence[VariantRecord]) -> str:
   lines = []
-  if any(r.get("depths") for r in records):
+  if any(r.depths for r in records):
     lines += ["", "## Needle sweep by depth", "",
               "| variant | depth | distance | accuracy | max gap | periodic share | period | p |",
               "|:--|:--|--:|--:|--:|--:|--:|--:|"]
   for r in records:
-    for d in r.get("depths") or []:
-      lines.append(f"| {r['name']} | {d['depth_name']} | {d['mean_distance']:.0f} | "
-                   f"{d['mean_accuracy']:.3f} | {d['max_gap']:.3f} | {d['periodic_share']:.3f} | "
-                   f"{d['detected_period'] or 'none'} | {d['p_value']:.3g} |")
-  dynamic = [r for r in records if r.get("chunk_phase")]
+    for d in r.depths or ():
+      a = d.analysis
+      lines.append(f"| {r.name} | {d.depth_name} | {d.mean_distance:.0f} | "
+                   f"{a.mean_accuracy.value:.3f} | {a.max_gap:.3f} | {a.periodic_share:.3f} | "
+                   f"{a.detected_period or 'none'} | {a.p_value:.3g} |")
+  dynamic = [r for r in records if r.chunk_phase is not None]
   if dynamic:
     lines += ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
               "| variant | phases | weakest phase | accuracy there | max gap | p |",
               "|:--|--:|--:|--:|--:|--:|"]
     for r in dynamic:
-      c = r["chunk_phase"]
-      weakest = min((a, p) for a, p in zip(c["accuracy_by_phase"], c["phases"], strict=True)
+      c = r.chunk_phase
+      weakest = min((a, p) for a, p in zip(c.accuracy.values, c.phases, strict=True)
                     if a is not None)
-      lines.append(f"| {r['name']} | 0..{max(c['phases'])} | {c['weakest_phase']} | "
-                   f"{weakest[0]:.3f} | {c['max_gap']:.3f} | {c['phase_p_value']:.3g} |")
-  probes = [r for r in records if r.get("prefix_probe")]
+      lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | "
+                   f"{weakest[0]:.3f} | {c.gap.value:.3f} | {c.p_value:.3g} |")
+  probes = [r for r in records if r.prefix_probe is not None]
   if probes:
     lines += ["", "## Prefix probe (accuracy vs prefix length N, phase N mod M)", "",
               "| variant | N | accuracy | max gap | periodic share | period | p | boundary "
               "agreement (min) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for r in probes:
-      p = r["prefix_probe"]
-      agreement = p.get("boundary_agreement_by_prefix")
-      lines.append(f"| {r['name']} | 0..{p['offsets'][-1]} | {p['mean_accuracy']:.3f} | "
-                   f"{p['max_gap']:.3f} | {p['periodic_share']:.3f} | "
-                   f"{p['detected_period'] or 'none'} | {p['p_value']:.3g} | "
+      p, a = r.prefix_probe, r.prefix_probe.analysis
+      agreement = p.boundary_agreement_by_prefix
+      lines.append(f"| {r.name} | 0..{a.offsets[-1]} | {a.mean_accuracy.value:.3f} | "
+                   f"{a.max_gap:.3f} | {a.periodic_share:.3f} | "
+                   f"{a.detected_period or 'none'} | {a.p_value:.3g} | "
                    f"{'-' if agreement is None else f'{min(agreement):.3f}'} |")
-  gains = [r for r in records if r.get("slot_gain")]
+  gains = [r for r in records if r.slot_gain]
   if gains:
     lines += ["", "## Slot gains (preferred phase = weight centre of mass in the chunk)", "",
               "| variant | layer | stream | slots | realised preferred phase per head | "
               "slot-bias preferred phase per head |", "|:--|--:|:--|--:|:--|:--|"]
     for r in gains:
-      for site in r["slot_gain"]["sites"]:
+      for site in r.slot_gain:
         def fmt(values):
           return "-" if values is None else ", ".join(
               "-" if v is None else f"{v:.2f}" for v in values)
-        lines.append(f"| {r['name']} | {site['layer']} | {site['stream']} | {site['slots']} | "
-                     f"{fmt(site['preferred_phase'])} | {fmt(site['bias_preferred_phase'])} |")
+        lines.append(f"| {r.name} | {site.layer} | {site.stream} | {site.slots} | "
+                     f"{fmt(site.preferred_phase)} | {fmt(site.bias_preferred_phase)} |")
   return "\n".join(lines) + "\n"
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
-  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote."""
-  began = time.time()
-  workdir_lib.require_directory(workdir)  # before any variant trains
-  sweep = sweep_config.resolve(config, workdir)
+@dataclasses.dataclass(frozen=True)
+class PartOutcome:
+  """A shard's part is done but other parts are missing: nothing merged yet."""
+
+  shard: shards.Shard
+  evaluated: list[str]
+  missing: list[str]  # variants without a current record (other shards still to run)
+
+
+def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
   s = sweep.settings
-  to_train = [v for v in sweep.variants if not is_finished(v)]
-  display = ProgressDisplay(s.name, to_train)
-  for variant in sweep.variants:
+  display = ProgressDisplay(s.name, [v for v in variants if not is_finished(v)])
+  for variant in variants:
     if variant.name in display.names:
       display.start(variant)
       start = time.time()
@@ -236,42 +241,136 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -
     else:
       logging.info("[sweep %s] %r: finished run in %s, not retrained", s.name, variant.name,
                    variant.workdir)
-  plots_dir = os.path.join(workdir, PLOTS_DIR)
+
+
+def record_path(workdir: str, variant: str) -> str:
+  return os.path.join(workdir, RECORDS_DIR, f"{variant}.json")
+
+
+def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+              workdir: str) -> list[VariantRecord]:
+  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge."""
   records = []
-  for i, variant in enumerate(sweep.variants):
-    logging.info("[sweep %s] evaluating %d/%d %r", s.name, i + 1, len(sweep.variants),
+  for i, variant in enumerate(variants):
+    logging.info("[sweep %s] evaluating %d/%d %r", sweep.settings.name, i + 1, len(variants),
                  variant.name)
     start = time.time()
-    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep, plots_dir)
-    record["eval_wall_s"] = time.time() - start
-    record["train_wall_s"] = _train_time(variant)
+    record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep,
+                                   os.path.join(workdir, PLOTS_DIR),
+                                   correctness.path_for(workdir, variant.name))
+    record = dataclasses.replace(record, eval_wall_s=time.time() - start,
+                                 train_wall_s=_train_time(variant))
+    path = record_path(workdir, variant.name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    stored = dataclasses.replace(record, images=_relative_images(record.images, workdir))
+    _write_atomic(path, json.dumps({"sweep_settings": _settings_json(sweep),
+                                    "record": stored.to_json()}, indent=1) + "\n")
     records.append(record)
+  return records
+
+
+def _settings_json(sweep: sweep_config.Sweep) -> dict:
+  """The settings a record depends on (the variant order does not change one)."""
+  settings = json.loads(json.dumps(dataclasses.asdict(sweep.settings)))
+  settings.pop("order", None)
+  return settings
+
+
+def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant,
+                  workdir: str) -> tuple[VariantRecord | None, str]:
+  """The variant's stored record if it is current, else (None, why not)."""
+  path = record_path(workdir, variant.name)
+  if not os.path.exists(path):
+    return None, "not evaluated"
+  with open(path, encoding="utf-8") as f:
+    stored = json.load(f)
+  settings = _settings_json(sweep)
+  changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
+  if changed:
+    return None, f"evaluated under other sweep settings: {', '.join(changed)}"
+  record = VariantRecord.from_json(stored["record"])
+  # Its variant directory may have moved with DIR (shards merged from other machines).
+  setup = dataclasses.replace(record.setup, workdir=variant.workdir)
+  if setup != variant_eval.describe(variant) or not is_finished(variant):
+    return None, "evaluated under a different config"
+  images = {k: os.path.join(workdir, v) for k, v in record.images.items()}
+  return dataclasses.replace(record, setup=setup, images=images), ""
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
+        shard: shards.Shard | None = None) -> Outcome | PartOutcome:
+  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote.
+
+  With ``shard``, only that shard's variants are trained and evaluated (``shards``); the
+  results are merged when every variant then has a current record, else a ``PartOutcome``.
+  """
+  began = time.time()
+  workdir_lib.require_directory(workdir)  # before any variant trains
+  sweep = sweep_config.resolve(config, workdir)
+  mine = sweep.variants
+  if shard is not None:
+    shards.check_count(shard, len(sweep.variants))
+    mine = shard.select(sweep.variants)
+    logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
+                 ", ".join(v.name for v in mine))
+  _train(sweep, mine)
+  evaluated = {r.name: r for r in _evaluate(sweep, mine, workdir)}
+  if shard is not None:
+    others = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants
+              if v.name not in evaluated}
+    missing = [name for name, (record, _) in others.items() if record is None]
+    if missing:
+      logging.info("[sweep %s] shard %s done; waiting for %s (then: --merge)",
+                   sweep.settings.name, shard, ", ".join(missing))
+      return PartOutcome(shard, list(evaluated), missing)
+    evaluated.update({name: record for name, (record, _) in others.items()})
+  return _write_outputs(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
+                        began)
+
+
+def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Writes results.json, the report and plots from the stored records of every variant."""
+  began = time.time()
+  workdir_lib.require_directory(workdir)
+  sweep = sweep_config.resolve(config, workdir)
+  found = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants}
+  missing = [f"{name} ({why})" for name, (record, why) in found.items() if record is None]
+  if missing:
+    raise ConfigError(f"--merge: no current record in {workdir} for {', '.join(missing)}; run "
+                      "their shards first (eval.py --config ... --shard i/n)")
+  return _write_outputs(sweep, workdir, [found[v.name][0] for v in sweep.variants], command,
+                        began)
+
+
+def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
+                   command: str, began: float) -> Outcome:
+  s = sweep.settings
+  plots_dir = os.path.join(workdir, PLOTS_DIR)
   lines = verdicts.decide(records)
+  claims = verdicts.claims(records)
   reference = s.reference_chunk_size
   overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
-      os.path.join(plots_dir, "comparison.png"), {r["name"]: r for r in records},
+      os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
       chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
   wall = time.time() - began
   date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-  results = _jsonable({
-      "sweep": s.name, "command": command, "date": date, "seed": s.seed, "wall_time_s": wall,
-      "settings": dataclasses.asdict(s), "num_offsets": sweep.num_offsets,
-      "window_align": sweep.align, "chunk_sizes_in_play": list(sweep.chunk_sizes),
-      "verdicts": lines, "report": REPORT_FILE,
-      "variants": [{k: (_relative_images(v, workdir) if k == "images" else v)
-                    for k, v in r.items()} for r in records],
-  })
+  results = results_file.SweepResults(
+      sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
+      settings=dataclasses.asdict(s), num_offsets=sweep.num_offsets, window_align=sweep.align,
+      chunk_sizes_in_play=tuple(sweep.chunk_sizes), verdicts=tuple(lines), report=REPORT_FILE,
+      variants=tuple(dataclasses.replace(r, images=_relative_images(r.images, workdir))
+                     for r in records),
+      claims=tuple(claims))
   os.makedirs(workdir, exist_ok=True)
-  results_path = os.path.join(workdir, RESULTS_FILE)
-  _write_atomic(results_path, json.dumps(results, indent=1, sort_keys=False) + "\n")
+  results_path = results_file.write(os.path.join(workdir, RESULTS_FILE), results)
   report_path = os.path.join(workdir, REPORT_FILE)
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall), images=overview,
-                              directory=workdir)
+                              directory=workdir, claims=claims)
   _write_atomic(report_path, text + _extra_sections(records))
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
-                 wall)
+                 wall, claims)
 
 
-def _relative_images(images: dict[str, str], workdir: str) -> dict[str, str]:
+def _relative_images(images: Mapping[str, str], workdir: str) -> dict[str, str]:
   return {k: os.path.relpath(v, workdir) for k, v in images.items()}

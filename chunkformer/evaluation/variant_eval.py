@@ -1,12 +1,10 @@
-"""One trained variant of a sweep, evaluated: the record behind its results.json entry.
+"""One trained variant of a sweep, evaluated: its ``variant_record.VariantRecord``.
 
-A record holds the schema fields of issue 5 (name, attention, chunk_size, rope, pooling,
-overlap, stagger, key_shift, compression_ratio, mean_accuracy, max_gap, periodic_share,
-detected_period, p_value, offsets, accuracy_by_offset, accuracy_by_phase) and more:
-
-- the primary analysis (``stats.analyze``, every field at the top level): the needle shift
-  sweep at the far depth for retrieval models (``primary_probe`` "needle"), the prefix probe
-  for code models ("prefix"); ``mean_accuracy`` = ``far_accuracy`` is its mean accuracy;
+The record holds the variant's setup (``describe``: the schema fields of issue 5 and the
+identity fields variant, seed, key_len, value_len, task) and:
+- the primary analysis (``stats.analyze``): the needle shift sweep at the far depth for
+  retrieval models (``primary_probe`` "needle"), the prefix probe for code models ("prefix");
+  ``far_accuracy`` is its mean accuracy;
 - ``depths``: the needle sweep at every depth, ``all_depths``: all depths pooled (window starts
   share their phase, see ``needle_sweep``); ``prefix_probe``; ``slot_gain``; ``heldout``: the
   training run's final held-out metrics;
@@ -32,6 +30,7 @@ from chunkformer import data as data_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.evaluation import (
   boundaries,
+  correctness,
   loaded_model,
   needle_sweep,
   plots,
@@ -41,14 +40,13 @@ from chunkformer.evaluation import (
   stats,
 )
 from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.records import DepthAnalysis, PrefixAnalysis, as_float, as_floats
 from chunkformer.evaluation.sweep_config import Sweep, Variant, chunk_sizes
-
-# Nested analyses (per depth, prefix probe) drop these bulky fields.
-_NESTED_DROP = ("period_scan", "spectrum")
-# The per-phase fields of an analysis grouped by the phase inside the actual (dynamic) chunk.
-_CHUNK_PHASE_KEYS = ("phases", "accuracy_by_phase", "accuracy_by_phase_low",
-                     "accuracy_by_phase_high", "weakest_phase", "max_gap", "max_gap_low",
-                     "max_gap_high", "phase_p_value")
+from chunkformer.evaluation.variant_record import (
+  SlotGainSite,
+  VariantRecord,
+  VariantSetup,
+)
 
 
 def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_lib.Predictor:
@@ -67,7 +65,7 @@ def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_li
   return loaded_model.adapt(trained, predictor)  # kv rows in a loaded model's tokens
 
 
-def describe(variant: Variant) -> dict[str, Any]:
+def describe(variant: Variant) -> VariantSetup:
   """The variant's descriptive schema fields, read from its resolved config."""
   m = variant.config.model
   layers = m.layers
@@ -90,37 +88,21 @@ def describe(variant: Variant) -> dict[str, Any]:
   if m.key_shift:
     chunking += f"+shift{m.key_shift}"
   data = variant.config.data
-  return {
-      "name": variant.name,
-      "variant": variant.name,
-      "attention": attention,
-      "chunking": chunking,
-      "layer_kinds": [layer.kind for layer in layers],
-      "chunk_size": first.chunk_size if compressed else None,
-      "chunk_sizes": list(chunk_sizes(m)),
-      "rope": bool(m.rope),
-      "pooling": first.pooling,
-      "overlap": bool(compressed and first.overlap),
-      "stagger": bool(compressed and first.stagger != "none"),
-      "stagger_mode": first.stagger if compressed else "none",
-      "random_phase": bool(compressed and first.random_phase),
-      "key_shift": bool(m.key_shift),
-      "key_shift_width": m.key_shift,
-      "window": first.window,
-      "task": data.task,
-      "key_len": data.key_len,
-      "value_len": data.value_len,
-      "seq_len": data.seq_len,
-      "seed": variant.config.seed,
-      "source": variant.source,
-      "overrides": {k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                    for k, v in variant.overrides.items()},
-      "workdir": variant.workdir,
-  }
-
-
-def _nested(analysis: dict[str, Any]) -> dict[str, Any]:
-  return {k: v for k, v in analysis.items() if k not in _NESTED_DROP}
+  return VariantSetup(
+      variant=variant.name, attention=attention, chunking=chunking,
+      layer_kinds=tuple(layer.kind for layer in layers),
+      chunk_size=first.chunk_size if compressed else None,
+      chunk_sizes=tuple(chunk_sizes(m)), rope=bool(m.rope), pooling=first.pooling,
+      overlap=bool(compressed and first.overlap),
+      stagger=bool(compressed and first.stagger != "none"),
+      stagger_mode=first.stagger if compressed else "none",
+      random_phase=bool(compressed and first.random_phase), key_shift=bool(m.key_shift),
+      key_shift_width=m.key_shift, window=first.window, task=data.task, key_len=data.key_len,
+      value_len=data.value_len, seq_len=data.seq_len, seed=variant.config.seed,
+      source=variant.source,
+      overrides={k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                 for k, v in variant.overrides.items()},
+      workdir=variant.workdir)
 
 
 def _heldout_rows(trained: trained_lib.TrainedModel, count: int) -> dict[str, np.ndarray]:
@@ -143,15 +125,17 @@ def _phase_sizes(variant: Variant, sweep: Sweep) -> list[int]:
 
 
 def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
-             plots_dir: str) -> dict[str, Any]:
-  """The variant's record (module docstring); figures go to ``plots_dir``."""
+             plots_dir: str, correct_path: str | None = None) -> VariantRecord:
+  """The variant's record (module docstring); figures go to ``plots_dir``, the correctness
+  matrices behind every statistic to ``correct_path`` (``correctness``) when given."""
   settings = sweep.settings
   sizes = _phase_sizes(variant, sweep)
   analyze_kw = dict(seed=settings.seed, num_resamples=settings.num_resamples,
                     num_permutations=settings.num_permutations)
   predictor = _predictor(trained, settings.eval_batch_size)
-  record = describe(variant)
-  record["trained_steps"] = trained.step
+  setup = describe(variant)
+  fields: dict[str, Any] = {}
+  matrices: dict[str, correctness.Matrix] = {}
   images: dict[str, str] = {}
   primary = None
   ratio_rows = None
@@ -160,104 +144,108 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
     depth_results = needle_sweep.run(predictor, needle_sweep.build(variant.config.data,
                                                                    sweep.needle_spec()))
     far = min(depth_results, key=lambda r: r.depth)
-    primary = stats.analyze(far.correct_SxK, far.offsets_K, sizes, **analyze_kw)
-    record["primary_probe"] = "needle"
-    record["primary_depth"] = far.name
-    record["token_accuracy_by_offset"] = far.token_accuracy_SxK.mean(axis=0).tolist()
-    record["depths"] = []
     for result in depth_results:
-      analysis = _nested(stats.analyze(result.correct_SxK, result.offsets_K, sizes,
-                                       **analyze_kw))
-      analysis.update(depth=result.depth, depth_name=result.name,
-                      mean_distance=result.mean_distance,
+      matrices[f"needle_{result.name}"] = correctness.Matrix(
+          result.correct_SxK, result.offsets_K, result.phases_SxK)
+    primary = stats.analyze(far.correct_SxK, far.offsets_K, sizes, **analyze_kw)
+    fields["primary_probe"] = "needle"
+    fields["primary_depth"] = far.name
+    fields["token_accuracy_by_offset"] = as_floats(far.token_accuracy_SxK.mean(axis=0))
+    fields["depths"] = tuple(
+        DepthAnalysis(stats.analyze(result.correct_SxK, result.offsets_K, sizes,
+                                    **analyze_kw).nested(),
+                      depth=float(result.depth), depth_name=result.name,
+                      mean_distance=float(result.mean_distance),
                       token_accuracy=float(result.token_accuracy_SxK.mean()),
-                      compression_ratio=result.compression_ratio)
-      record["depths"].append(analysis)
+                      compression_ratio=as_float(result.compression_ratio))
+        for result in depth_results)
     pooled = np.concatenate([r.correct_SxK for r in depth_results])
-    record["all_depths"] = _nested(stats.analyze(pooled, far.offsets_K, sizes, **analyze_kw))
+    fields["all_depths"] = stats.analyze(pooled, far.offsets_K, sizes, **analyze_kw).nested()
     if far.phases_SxK is not None:
       chunk_phase = stats.analyze(far.correct_SxK, far.offsets_K, sizes, phases=far.phases_SxK,
-                                  **analyze_kw)
-      record["chunk_phase"] = {k: chunk_phase[k] for k in _CHUNK_PHASE_KEYS}
+                                  **analyze_kw).phase
+      fields["chunk_phase"] = chunk_phase
       images["accuracy per phase inside the actual chunk"] = plots.plot_phase_accuracy(
-          os.path.join(plots_dir, f"{variant.name}_chunk_phases.png"), chunk_phase["phases"],
-          chunk_phase["accuracy_by_phase"], chunk_phase["accuracy_by_phase_low"],
-          chunk_phase["accuracy_by_phase_high"], xlabel="needle phase inside its actual chunk",
+          os.path.join(plots_dir, f"{variant.name}_chunk_phases.png"), chunk_phase.phases,
+          *_band(chunk_phase.accuracy), xlabel="needle phase inside its actual chunk",
           title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
-    record["near_accuracy"] = max(depth_results, key=lambda r: r.depth).correct_SxK.mean()
+    fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_SxK.mean())
     ratio_rows = far
 
   if settings.prefix_prompts:
     probe_rows = prefix_probe.build(variant.config.data, sweep.prefix_spec())
     probe = prefix_probe.run(predictor, probe_rows)
+    matrices["prefix"] = correctness.Matrix(probe.correct_SxK, probe.prefixes_K)
     analysis = stats.analyze(probe.correct_SxK, probe.prefixes_K, sizes, **analyze_kw)
-    nested = _nested(analysis)
-    nested["token_accuracy_by_prefix"] = probe.token_accuracy_SxK.mean(axis=0).tolist()
-    if probe.code_accuracy_SxK is not None:
-      nested["code_accuracy_by_prefix"] = probe.code_accuracy_SxK.mean(axis=0).tolist()
-    if probe.boundary_agreement_K is not None:
-      nested["boundary_agreement_by_prefix"] = probe.boundary_agreement_K.tolist()
-    record["prefix_probe"] = nested
+    nested = PrefixAnalysis(
+        analysis.nested(), as_floats(probe.token_accuracy_SxK.mean(axis=0)),
+        code_accuracy_by_prefix=(None if probe.code_accuracy_SxK is None
+                                 else as_floats(probe.code_accuracy_SxK.mean(axis=0))),
+        boundary_agreement_by_prefix=(None if probe.boundary_agreement_K is None
+                                      else as_floats(probe.boundary_agreement_K)))
+    fields["prefix_probe"] = nested
     extra = {}
-    if probe.code_accuracy_SxK is not None:
-      extra["code byte accuracy"] = nested["code_accuracy_by_prefix"]
-    if probe.boundary_agreement_K is not None:
-      extra["boundary agreement"] = nested["boundary_agreement_by_prefix"]
+    if nested.code_accuracy_by_prefix is not None:
+      extra["code byte accuracy"] = nested.code_accuracy_by_prefix
+    if nested.boundary_agreement_by_prefix is not None:
+      extra["boundary agreement"] = nested.boundary_agreement_by_prefix
     images["prefix probe: accuracy vs prefix length"] = probe_plots.plot_prefix_probe(
         os.path.join(plots_dir, f"{variant.name}_prefix.png"), probe.prefixes_K,
-        analysis["accuracy_by_offset"], analysis["accuracy_by_offset_low"],
-        analysis["accuracy_by_offset_high"], chunk_size=sizes[0], extra=extra,
-        title=f"{variant.name}: prefix probe (p = {analysis['p_value']:.3g} at M={sizes[0]})")
+        *_band(analysis.accuracy_by_offset), chunk_size=sizes[0], extra=extra,
+        title=f"{variant.name}: prefix probe (p = {analysis.p_value:.3g} at M={sizes[0]})")
     if primary is None:
       primary = analysis
-      record["primary_probe"] = "prefix"
+      fields["primary_probe"] = "prefix"
 
   if primary is None:
     raise ValueError(f"variant {variant.name!r}: a code model needs the prefix probe "
                      "(sweep.prefix_prompts > 0)")
-  record.update({k: v for k, v in primary.items() if k not in record})
-  record["far_accuracy"] = primary["mean_accuracy"]
-  if record["primary_probe"] == "needle":
+  if fields["primary_probe"] == "needle":
     images = dict(plots.write_analysis_plots(primary, plots_dir, variant.name), **images)
   else:
     images["accuracy per phase of the prefix"] = plots.plot_phase_accuracy(
-        os.path.join(plots_dir, f"{variant.name}_phases.png"), primary["phases"],
-        primary["accuracy_by_phase"], primary["accuracy_by_phase_low"],
-        primary["accuracy_by_phase_high"], xlabel="phase (prefix length N mod M)",
+        os.path.join(plots_dir, f"{variant.name}_phases.png"), primary.phase.phases,
+        *_band(primary.phase.accuracy), xlabel="phase (prefix length N mod M)",
         title=f"{variant.name}: prefix probe accuracy per phase (M={sizes[0]})")
 
-  record["slot_gain"] = None
   if settings.slot_gain_rows:
     rows = _heldout_rows(trained, settings.slot_gain_rows)
     out = predictor(rows)
     sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
     gains = slot_gain.analyze(trained.params, variant.config.model, sums)
     if gains["sites"]:
-      record["slot_gain"] = gains
+      fields["slot_gain"] = tuple(SlotGainSite.from_json(site) for site in gains["sites"])
       for slots, grid in slot_gain.gain_grids(gains).items():
         images[f"realised slot gain (S'={slots})"] = plots.plot_slot_gains(
             os.path.join(plots_dir, f"{variant.name}_slot_gain_{slots}.png"), grid,
             title=f"{variant.name}: realised pooling weight x slots (layers x heads)",
             value_label="gain (1 = uniform)")
     if "ends" in out:
-      record["heldout_compression_ratio"] = needle_sweep.compression_ratio(out["ends"])
+      # No closed chunk gives inf, stored as None (strict JSON).
+      fields["heldout_compression_ratio"] = as_float(needle_sweep.compression_ratio(out["ends"]))
 
-  record["compression_ratio"] = _compression_ratio(record, ratio_rows)
-  record["heldout"] = _final_metrics(variant.workdir)
-  record["images"] = images
-  return record
+  if correct_path is not None:
+    correctness.save(correct_path, matrices)
+  return VariantRecord(
+      setup=setup, analysis=primary, trained_steps=int(trained.step),
+      compression_ratio=_compression_ratio(setup, fields.get("heldout_compression_ratio"),
+                                           ratio_rows),
+      heldout=_final_metrics(variant.workdir), images=images, **fields)
 
 
-def _compression_ratio(record: dict[str, Any], far) -> float:
+def _band(curve) -> tuple:
+  return curve.values, curve.low, curve.high
+
+
+def _compression_ratio(setup: VariantSetup, measured: float | None, far) -> float | None:
   """Tokens per compressed entry: 1 for full attention, M for fixed, measured for dynamic."""
-  if record["attention"] == "full":
+  if setup.attention == "full":
     return 1.0
-  if record["attention"] == "fixed":
-    return float(record["chunk_size"])
-  measured = record.get("heldout_compression_ratio")
+  if setup.attention == "fixed":
+    return float(setup.chunk_size)
   if measured is None and far is not None:
     measured = far.compression_ratio
-  return None if measured is None else float(measured)
+  return as_float(measured)
 
 
 def _final_metrics(workdir: str) -> dict[str, Any] | None:

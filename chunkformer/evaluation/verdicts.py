@@ -18,47 +18,70 @@ phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, CURE o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-Record = Mapping[str, Any]
+from chunkformer.evaluation import claims as claims_lib
+from chunkformer.evaluation.variant_record import VariantRecord
+
+Record = VariantRecord
 PERIOD_ALPHA = 0.01
 NULL_ALPHA = 0.05
 FULL_ACCURACY = 0.95
 LEARNED_ACCURACY = 0.5  # far accuracy below this: the model did not learn the task
 
 
+@dataclasses.dataclass(frozen=True)
+class Judgment:
+  """One verdict line and what it says about one claim (``claims``) for one trained model.
+
+  ``holds`` is True or False when the line decides the claim for its model, None when the
+  evidence is inconclusive (the task not learned, no baseline); ``records`` are the models
+  the line rests on (the first gives the seed).
+  """
+
+  line: str
+  claim: str | None  # "C1".."C9"; None for a line that no claim counts (e.g. a stagger cure)
+  holds: bool | None
+  records: tuple[Record, ...]
+  numbers: dict[str, Any]
+  reason: str = ""
+
+
 def _far(r: Record) -> float | None:
-  """The far-needle accuracy of a record ("mean_accuracy" in records that lack the field)."""
-  return r.get("far_accuracy", r.get("mean_accuracy"))
+  """The far-needle accuracy of a record (the primary probe's mean accuracy)."""
+  return r.far_accuracy
 
 
 def _lengths(r: Record) -> tuple[int, int]:
-  return r.get("key_len", 1), r.get("value_len", 1)
+  return r.setup.key_len, r.setup.value_len
 
 
 def _needle(r: Record) -> str:
-  if r.get("task") == "code":
+  if r.setup.task == "code":
     return "code needles, prefix probe"
   key, value = _lengths(r)
   return f"key {key}/value {value} token{'s' if max(key, value) > 1 else ''}"
 
 
 def is_plain_fixed(r: Record) -> bool:
-  return (r.get("attention") == "fixed" and r.get("rope", True) and r.get("pooling") == "gated"
-          and not r.get("overlap") and not r.get("stagger") and not r.get("random_phase")
-          and not r.get("key_shift"))
+  s = r.setup
+  return (s.attention == "fixed" and s.rope and s.pooling == "gated" and not s.overlap
+          and not s.stagger and not s.random_phase and not s.key_shift)
 
 
 def _is_ablation(r: Record) -> bool:
   """Fixed, no cure switched on, but RoPE off or a different pooling."""
-  return (r.get("attention") == "fixed" and not r.get("overlap") and not r.get("stagger")
-          and not r.get("random_phase") and not r.get("key_shift") and not is_plain_fixed(r))
+  s = r.setup
+  return (s.attention == "fixed" and not s.overlap and not s.stagger and not s.random_phase
+          and not s.key_shift and not is_plain_fixed(r))
 
 
 def is_cure(r: Record) -> bool:
-  return r.get("attention") == "dynamic" or (r.get("attention") == "fixed" and (
-      r.get("overlap") or r.get("stagger") or r.get("random_phase") or r.get("key_shift")))
+  s = r.setup
+  return s.attention == "dynamic" or (s.attention == "fixed" and (
+      s.overlap or s.stagger or s.random_phase or s.key_shift))
 
 
 def _p(value: Any) -> str:
@@ -71,78 +94,130 @@ def _f(value: Any, spec: str = ".3f") -> str:
   return "-" if value is None else format(value, spec)
 
 
-def _period_claim(r: Record) -> str:
-  m, period, p = r.get("chunk_size"), r.get("detected_period"), r.get("p_value")
+def _period(value: int | None) -> str:
+  return str(value) if value is not None else "none"
+
+
+def _core_numbers(r: Record) -> dict[str, Any]:
+  a = r.analysis
+  return {"variant": r.name, "seed": r.setup.seed, "chunk_size": a.chunk_size,
+          "detected_period": a.detected_period, "p_value": a.p_value, "max_gap": a.max_gap,
+          "max_gap_low": a.phase.gap.low, "max_gap_high": a.phase.gap.high,
+          "far_accuracy": _far(r)}
+
+
+def _learned(r: Record) -> bool:
+  far = _far(r)
+  return far is not None and far >= LEARNED_ACCURACY
+
+
+def _period_claim(r: Record) -> Judgment:
+  a = r.analysis
+  m, period, p = r.chunk_size, a.detected_period, a.p_value
   ok = period == m and p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
   far = _far(r)
   caution = ("" if far is None or far >= LEARNED_ACCURACY else
              f"; caution: far accuracy {_f(far)} < {LEARNED_ACCURACY}, the task is barely learned")
-  return (f"{head}: period = M for fixed M={m} ({r['name']}, {_needle(r)}): detected period "
-          f"{period if period is not None else 'none'}, p = {_p(p)} at M (need period {m} and "
-          f"p < {PERIOD_ALPHA}); max gap {_f(r.get('max_gap'))}, weakest phase "
-          f"{r.get('weakest_phase')}{caution}")
+  line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
+          f"{_period(period)}, p = {_p(p)} at M (need period {m} and "
+          f"p < {PERIOD_ALPHA}); max gap {_f(a.max_gap)}, weakest phase "
+          f"{a.phase.weakest_phase}{caution}")
+  holds = ok if ok or _learned(r) else None
+  claim = "C7" if r.setup.task == "code" else "C1"  # code: the '=' prefix probe (primary)
+  return Judgment(line, claim, holds, (r,), _core_numbers(r),
+                  "" if holds is not None else "the task was not learned")
 
 
-def _full_claim(r: Record) -> str:
-  p, period, far = r.get("p_value"), r.get("detected_period"), _far(r)
+def _full_claim(r: Record) -> Judgment:
+  a = r.analysis
+  p, period, far = a.p_value, a.detected_period, _far(r)
   ok = (p is not None and p > NULL_ALPHA and period is None and far is not None
         and far >= FULL_ACCURACY)
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
-  m = (r.get("by_chunk_size") or [{}])[0].get("chunk_size")
-  return (f"{head}: full attention has no period ({r['name']}, {_needle(r)}): p = {_p(p)} at "
-          f"M={m}, "
-          f"detected period {period if period is not None else 'none'}, far accuracy "
+  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {_p(p)} at "
+          f"M={a.chunk_size}, "
+          f"detected period {_period(period)}, far accuracy "
           f"{_f(far)} (need p > {NULL_ALPHA}, no period, far accuracy >= {FULL_ACCURACY})")
+  periodic = p is None or p <= NULL_ALPHA or period is not None
+  holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
+  reason = "" if holds is not None else (
+      f"no period, but far accuracy {_f(far)} is below the {FULL_ACCURACY} gate")
+  return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
 
 
-def _ablation_claim(r: Record) -> str:
+def _ablation_claim(r: Record) -> Judgment:
   what = []
-  if not r.get("rope", True):
+  if not r.setup.rope:
     what.append("RoPE off")
-  if r.get("pooling") != "gated":
-    what.append(f"pooling {r.get('pooling')}")
-  p, period, m = r.get("p_value"), r.get("detected_period"), r.get("chunk_size")
+  if r.setup.pooling != "gated":
+    what.append(f"pooling {r.setup.pooling}")
+  a = r.analysis
+  p, period, m = a.p_value, a.detected_period, r.chunk_size
   ok = p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
-  return (f"{head}: still periodic with {', '.join(what)} ({r['name']}, M={m}, {_needle(r)}): "
-          f"p = {_p(p)} at M, detected period {period if period is not None else 'none'}, "
-          f"max gap {_f(r.get('max_gap'))} (need p < {PERIOD_ALPHA})")
+  line = (f"{head}: still periodic with {', '.join(what)} ({r.name}, M={m}, {_needle(r)}): "
+          f"p = {_p(p)} at M, detected period {_period(period)}, "
+          f"max gap {_f(a.max_gap)} (need p < {PERIOD_ALPHA})")
+  holds = ok if ok or _learned(r) else None
+  return Judgment(line, "C3" if not r.setup.rope else "C4", holds, (r,), _core_numbers(r),
+                  "" if holds is not None else "the task was not learned")
 
 
-def _gap_claims(plain: Sequence[Record]) -> list[str]:
-  lines = []
-  by_lengths: dict[tuple[int, int], dict[int, Record]] = {}
+def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
+  out = []
+  by_group: dict[tuple[int, int, int], dict[int, Record]] = {}
   for r in plain:
-    by_lengths.setdefault(_lengths(r), {}).setdefault(r.get("chunk_size"), r)
-  for _, by_m in sorted(by_lengths.items()):
+    by_group.setdefault((*_lengths(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
+  for _, by_m in sorted(by_group.items()):
     if 2 in by_m and 4 in by_m:
       a, b = by_m[2], by_m[4]
-      ok = a.get("max_gap") is not None and b.get("max_gap") is not None and (
-          a["max_gap"] < b["max_gap"])
-      separated = ok and a.get("max_gap_high") is not None and b.get("max_gap_low") is not None \
-          and a["max_gap_high"] < b["max_gap_low"]
-      lines.append(
-          f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: gap(M=2) < gap(M=4) ({_needle(a)}): "
-          f"{_f(a.get('max_gap'))} [{_f(a.get('max_gap_low'))}, {_f(a.get('max_gap_high'))}] "
-          f"({a['name']}) vs {_f(b.get('max_gap'))} [{_f(b.get('max_gap_low'))}, "
-          f"{_f(b.get('max_gap_high'))}] ({b['name']})"
-          f"{'; intervals separate' if separated else '; intervals overlap' if ok else ''}")
-  return lines
+      ga, gb = a.analysis.phase.gap, b.analysis.phase.gap
+      ok = ga.value is not None and gb.value is not None and ga.value < gb.value
+      separated = ok and ga.high is not None and gb.low is not None and ga.high < gb.low
+      reverse = (not ok and None not in (ga.low, gb.high) and gb.high < ga.low)
+      line = (f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: gap(M=2) < gap(M=4) "
+              f"({_needle(a)}): {_f(ga.value)} [{_f(ga.low)}, {_f(ga.high)}] ({a.name}) vs "
+              f"{_f(gb.value)} [{_f(gb.low)}, {_f(gb.high)}] ({b.name})"
+              f"{'; intervals separate' if separated else '; intervals overlap' if ok else ''}")
+      significant = separated or reverse
+      numbers = {"m2": _core_numbers(a), "m4": _core_numbers(b),
+                 "intervals_separate": bool(significant)}
+      reason = ("gap intervals separate" if significant else
+                "gap intervals overlap: the difference is not significant")
+      out.append(Judgment(line, "C5", ok, (a, b), numbers, reason))
+  return out
 
 
-def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
-  m = r.get("chunk_size")
-  base = next((b for b in plain if b.get("chunk_size") == m and _lengths(b) == _lengths(r)), None)
-  gap, far, p = r.get("max_gap"), _far(r), r.get("p_value")
-  pooled = (r.get("all_depths") or {}).get("p_value")
-  ratio = r.get("compression_ratio")
-  text = (f"{r['name']} ({r.get('chunking')}, M/target {m}, achieved ratio "
+def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
+  """The plain fixed model at the cure's M with its needles (same seed when there is one)."""
+  same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)]
+  return next((b for b in same if b.setup.seed == r.setup.seed), same[0] if same else None)
+
+
+def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
+  m = r.chunk_size
+  base = _baseline(r, plain)
+  a = r.analysis
+  gap, far, p = a.max_gap, _far(r), a.p_value
+  pooled = None if r.all_depths is None else r.all_depths.p_value
+  ratio = r.compression_ratio
+  text = (f"{r.name} ({r.setup.chunking}, M/target {m}, achieved ratio "
           f"{_f(ratio, '.2f')}, {_needle(r)}): gap {_f(gap)}, far accuracy {_f(far)}, "
           f"p = {_p(p)}" + ("" if pooled is None else f" (all depths pooled: p = {_p(pooled)})"))
+  claim = ("C9" if r.setup.key_shift else "C8" if r.setup.attention == "dynamic" else None)
+  numbers = dict(_core_numbers(r), compression_ratio=ratio, all_depths_p_value=pooled)
+  if r.chunk_phase is not None:  # the weak spot relative to the actual chunk (content position)
+    numbers.update(chunk_phase_gap=r.chunk_phase.gap.value,
+                   chunk_phase_p_value=r.chunk_phase.p_value,
+                   chunk_phase_weakest=r.chunk_phase.weakest_phase)
   if base is None:
-    return f"CURE (no baseline): {text}; no plain fixed M={m} variant with these needles"
-  b_gap, b_far = base.get("max_gap"), _far(base)
+    return Judgment(f"CURE (no baseline): {text}; no plain fixed M={m} variant with these "
+                    "needles", claim, None, (r,), numbers,
+                    f"no plain fixed M={m} baseline with these needles")
+  numbers["baseline"] = _core_numbers(base)
+  b_gap, b_far = base.analysis.max_gap, _far(base)
+  holds = None
   if None in (gap, far, b_gap, b_far):
     verdict = "incomplete numbers"
   elif b_far < LEARNED_ACCURACY:
@@ -151,6 +226,7 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
   else:
     smaller, better = gap < b_gap, far >= b_far
     periodic = any(x is not None and x < PERIOD_ALPHA for x in (p, pooled))
+    holds = smaller and not periodic
     if smaller and better and not periodic:
       verdict = "removes the periodic blind spot at no accuracy cost"
     elif smaller and not periodic:
@@ -159,31 +235,86 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> str:
       verdict = "reduces the gap, still periodic"
     else:
       verdict = "does not reduce the gap"
-  return (f"CURE: {text} vs {base['name']} gap {_f(b_gap)}, far accuracy {_f(b_far)}: "
+  line = (f"CURE: {text} vs {base.name} gap {_f(b_gap)}, far accuracy {_f(b_far)}: "
           f"{verdict}")
+  reason = verdict
+  if r.chunk_phase is not None:
+    c = r.chunk_phase
+    reason += (f" (in absolute position; by phase inside its own chunk: gap {_f(c.gap.value)}, "
+               f"weakest phase {c.weakest_phase}, p = {_p(c.p_value)})")
+  return Judgment(line, claim, holds, (r, base), numbers, reason)
+
+
+def _untested(claim: str, line: str, reason: str) -> Judgment:
+  return Judgment(f"NOT TESTED: {line}", claim, None, (), {}, reason)
+
+
+def judge(records: Sequence[Record]) -> list[Judgment]:
+  """Every judgment the sweep's variants allow, in verdict-line order; a claim they cannot
+  test gets one judgment without records (its line starts with NOT TESTED)."""
+  plain = [r for r in records if is_plain_fixed(r)]
+  out = [_period_claim(r) for r in plain]
+  if not plain:
+    out.append(_untested("C1", "period = M (no plain fixed variant)",
+                         "no plain fixed variant in the sweep"))
+  full = [r for r in records if r.setup.attention == "full"]
+  out += [_full_claim(r) for r in full]
+  if not full:
+    out.append(_untested("C2", "full attention has no period (no full-attention variant)",
+                         "no full-attention variant in the sweep"))
+  ablations = [r for r in records if _is_ablation(r)]
+  out += [_ablation_claim(r) for r in ablations]
+  if not any(not r.setup.rope for r in ablations):
+    out.append(_untested("C3", "still periodic with RoPE off (no such variant)",
+                         "no fixed variant with RoPE off in the sweep"))
+  if not any(r.setup.pooling == "mean" for r in ablations):
+    out.append(_untested("C4", "still periodic with uniform pooling (no such variant)",
+                         "no fixed variant with uniform (mean) pooling in the sweep"))
+  gaps = _gap_claims(plain)
+  out += gaps or [_untested("C5", "gap(M=2) < gap(M=4) (needs plain fixed M=2 and M=4)",
+                            "needs plain fixed M=2 and M=4 with the same needles and seed")]
+  cures = [r for r in records if is_cure(r)]
+  out += [_cure_claim(r, plain) for r in cures]
+  if not cures:
+    out.append(_untested("C8", "cures (no dynamic, staggered, random-phase, overlap or "
+                         "key-shift compressed variant)", "no dynamic-chunking variant"))
+  return out
 
 
 def decide(records: Sequence[Record]) -> list[str]:
   """Verdict lines for the claims the sweep's variants can test (module docstring)."""
-  plain = [r for r in records if is_plain_fixed(r)]
-  lines = [_period_claim(r) for r in plain]
-  if not plain:
-    lines.append("NOT TESTED: period = M (no plain fixed variant)")
-  full = [r for r in records if r.get("attention") == "full"]
-  lines += [_full_claim(r) for r in full]
-  if not full:
-    lines.append("NOT TESTED: full attention has no period (no full-attention variant)")
-  ablations = [r for r in records if _is_ablation(r)]
-  lines += [_ablation_claim(r) for r in ablations]
-  if not any(not r.get("rope", True) for r in ablations):
-    lines.append("NOT TESTED: still periodic with RoPE off (no such variant)")
-  if not any(r.get("pooling") == "mean" for r in ablations):
-    lines.append("NOT TESTED: still periodic with uniform pooling (no such variant)")
-  gaps = _gap_claims(plain)
-  lines += gaps or ["NOT TESTED: gap(M=2) < gap(M=4) (needs plain fixed M=2 and M=4)"]
-  cures = [r for r in records if is_cure(r)]
-  lines += [_cure_claim(r, plain) for r in cures]
-  if not cures:
-    lines.append("NOT TESTED: cures (no dynamic, staggered, random-phase, overlap or key-shift "
-                 "compressed variant)")
-  return lines
+  return [j.line for j in judge(records)]
+
+
+def _slot_gain_claim(records: Sequence[Record]) -> claims_lib.Claim:
+  """C6 is measured but has no test yet: INCONCLUSIVE, with the numbers a null would judge."""
+  numbers = {}
+  for r in records:
+    spreads = [s.preferred_phase_spread for s in r.slot_gain or ()
+               if s.preferred_phase_spread is not None]
+    if spreads:
+      numbers[r.name] = {"seed": r.setup.seed, "max_preferred_phase_spread": max(spreads),
+                         "sites": len(r.slot_gain)}
+  if numbers:
+    largest = max(n["max_preferred_phase_spread"] for n in numbers.values())
+    reason = (f"slot gains measured for {len(numbers)} variants (largest spread of the heads' "
+              f"preferred phase {largest:.2f} slots) but not judged against a null (the same "
+              "statistic at initialisation and under permutation of slots)")
+  else:
+    reason = "no realised slot gains in the sweep (sweep.slot_gain_rows = 0 or no fixed layer)"
+  seeds = {n["seed"] for n in numbers.values()}
+  return claims_lib.Claim("C6", claims_lib.STATEMENTS["C6"], claims_lib.INCONCLUSIVE, reason,
+                          numbers, f"0/{len(seeds)}")
+
+
+def claims(records: Sequence[Record], *,
+           agreement: claims_lib.Agreement = claims_lib.majority_of_seeds,
+           extra: dict[str, claims_lib.Claim] | None = None) -> list[claims_lib.Claim]:
+  """One ``claims.Claim`` per claim C1-C9 from the judgments (``claims`` module docstring).
+
+  ``agreement`` is the seed rule, ``extra`` claims decided by other tests (replacing the
+  judgment-based claim with the same id); without one, C6 is INCONCLUSIVE with its numbers.
+  """
+  extra = dict(extra or {})
+  extra.setdefault("C6", _slot_gain_claim(records))
+  return claims_lib.build(judge(records), agreement=agreement, extra=extra)

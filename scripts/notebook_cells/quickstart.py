@@ -73,7 +73,7 @@ PLOTS = os.path.join(sweep.workdir, "notebook_plots", "quickstart")
 records = [variant_eval.evaluate(trained.load(variant.workdir), variant, sweep, PLOTS)
            for variant in sweep.variants]
 figure = plots.plot_variant_comparison(
-    os.path.join(PLOTS, "accuracy_vs_offset.png"), {r["name"]: r for r in records},
+    os.path.join(PLOTS, "accuracy_vs_offset.png"), {r.name: r.analysis for r in records},
     chunk_size=4, title="needle retrieval accuracy per offset (bands: chunks of M = 4)")
 display(Image(filename=figure))"""),
     ("markdown", """

@@ -1,0 +1,234 @@
+"""One sweep variant's record (what results.json stores per variant) and the results file.
+
+``VariantRecord`` = the variant's setup (read from its resolved config), its primary analysis
+(``records.Analysis``: the needle sweep at the far depth, or the prefix probe for code models),
+the nested analyses (per depth, all depths pooled, phase inside the actual dynamic chunk,
+prefix probe), slot gains, held-out metrics and figure paths. JSON form: the flat results.json
+variant entry of issue 5 (setup and primary analysis at the top level), written by
+``to_json`` and read by ``from_json``; files written before these types read back equal.
+Shape letters as in ``records``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from chunkformer.evaluation.records import (
+  Analysis,
+  DepthAnalysis,
+  FloatMatrix,
+  Json,
+  PhaseTable,
+  PrefixAnalysis,
+  analysis_keys,
+  as_float,
+  as_floats,
+  float_lists,
+)
+
+# A variant record always carries these setup fields (issue 15), read from its config.
+IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantSetup:
+  """What was trained: the descriptive fields of the variant's resolved config."""
+
+  variant: str  # the sweep's name of the variant (results.json: "name" and "variant")
+  attention: str  # "full", "fixed" or "dynamic" (of the compressed layers)
+  chunking: str  # e.g. "fixed/overlap", "dynamic/router", "+shift2" for a key shift
+  # Defaults describe a plain 1-token kv model; a sweep fills every field from the config.
+  layer_kinds: tuple[str, ...] = ()
+  chunk_size: int | None = None  # M (or a dynamic layer's target); None without compression
+  chunk_sizes: tuple[int, ...] = ()
+  rope: bool = True
+  pooling: str = "gated"
+  overlap: bool = False
+  stagger: bool = False
+  stagger_mode: str = "none"
+  random_phase: bool = False
+  key_shift: bool = False
+  key_shift_width: int = 0
+  window: int = 0
+  task: str = "kv"
+  key_len: int = 1
+  value_len: int = 1
+  seq_len: int = 0
+  seed: int = 0  # the training seed (config.seed)
+  source: str = ""
+  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  workdir: str = ""
+
+  def to_json(self) -> Json:
+    out = {"name": self.variant}
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      out[f.name] = list(value) if isinstance(value, tuple) else (
+          dict(value) if isinstance(value, Mapping) else value)
+    return out
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> VariantSetup:
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+    values["layer_kinds"] = tuple(values["layer_kinds"])
+    values["chunk_sizes"] = tuple(int(m) for m in values["chunk_sizes"])
+    values["overrides"] = dict(values["overrides"])
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotGainSite:
+  """Slot gains of one compressor site (``slot_gain.analyze``; matrices are K heads x S')."""
+
+  site: str
+  layer: int
+  stream: str
+  chunk_size: int | None
+  slots: int
+  overlap: bool
+  pooling: str | None
+  num_chunks: float
+  bias_weight: FloatMatrix | None
+  bias_gain: FloatMatrix | None
+  bias_preferred_phase: tuple[float | None, ...] | None
+  realised_weight: FloatMatrix | None
+  realised_gain: FloatMatrix | None
+  preferred_phase: tuple[float | None, ...] | None
+  preferred_phase_spread: float | None
+
+  _MATRICES = ("bias_weight", "bias_gain", "realised_weight", "realised_gain")
+  _VECTORS = ("bias_preferred_phase", "preferred_phase")
+
+  def to_json(self) -> Json:
+    out = {}
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      if value is not None and f.name in self._MATRICES:
+        value = [list(row) for row in value]
+      elif value is not None and f.name in self._VECTORS:
+        value = list(value)
+      out[f.name] = value
+    return out
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> SlotGainSite:
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+    for key in cls._MATRICES:
+      values[key] = float_lists(values[key])
+    for key in cls._VECTORS:
+      values[key] = None if values[key] is None else as_floats(values[key])
+    values["num_chunks"] = as_float(values["num_chunks"])
+    values["preferred_phase_spread"] = as_float(values["preferred_phase_spread"])
+    return cls(**values)
+
+
+# Keys of the flat results.json entry that belong to the record itself, not to its analysis
+# (the setup and the analysis share "chunk_size" and "seed"; the setup's are stored).
+_OWN_KEYS = frozenset({
+    "name", "trained_steps", "primary_probe", "primary_depth", "token_accuracy_by_offset",
+    "depths", "all_depths", "chunk_phase", "near_accuracy", "prefix_probe", "far_accuracy",
+    "slot_gain", "heldout_compression_ratio", "compression_ratio", "heldout", "images",
+    "eval_wall_s", "train_wall_s", "analysis_seed"}) | {
+        f.name for f in dataclasses.fields(VariantSetup)}
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantRecord:
+  """One evaluated variant (module docstring); the unit the verdicts, report and plots read."""
+
+  setup: VariantSetup
+  analysis: Analysis  # the primary probe's analysis
+  primary_probe: str  # "needle" (far depth) or "prefix"
+  trained_steps: int
+  compression_ratio: float | None  # tokens per entry: 1 full, M fixed, measured for dynamic
+  primary_depth: str | None = None  # needle models only, as the four below
+  token_accuracy_by_offset: tuple[float | None, ...] | None = None
+  depths: tuple[DepthAnalysis, ...] | None = None
+  all_depths: Analysis | None = None  # all depths pooled (nested)
+  near_accuracy: float | None = None
+  chunk_phase: PhaseTable | None = None  # dynamic models: phase inside the actual chunk
+  prefix_probe: PrefixAnalysis | None = None
+  slot_gain: tuple[SlotGainSite, ...] | None = None
+  heldout_compression_ratio: float | None = None
+  heldout: Mapping[str, float] | None = None  # the training run's final held-out metrics
+  images: Mapping[str, str] = dataclasses.field(default_factory=dict)  # caption -> PNG path
+  eval_wall_s: float | None = None
+  train_wall_s: float | None = None
+
+  @property
+  def name(self) -> str:
+    return self.setup.variant
+
+  @property
+  def far_accuracy(self) -> float | None:
+    """Mean accuracy of the primary probe (the far depth for needle models)."""
+    return self.analysis.mean_accuracy.value
+
+  @property
+  def chunk_size(self) -> int | None:
+    return self.setup.chunk_size
+
+  def identity(self) -> dict[str, Any]:
+    """The fields that name one trained model of a study (issue 15)."""
+    return {k: getattr(self.setup, k) for k in IDENTITY_FIELDS}
+
+  def to_json(self) -> Json:
+    out = self.setup.to_json()
+    out["trained_steps"] = self.trained_steps
+    out["primary_probe"] = self.primary_probe
+    if self.depths is not None:
+      out.update(primary_depth=self.primary_depth,
+                 token_accuracy_by_offset=list(self.token_accuracy_by_offset),
+                 depths=[d.to_json() for d in self.depths],
+                 all_depths=self.all_depths.to_json())
+      if self.chunk_phase is not None:
+        out["chunk_phase"] = self.chunk_phase.to_json()
+      out["near_accuracy"] = self.near_accuracy
+    if self.prefix_probe is not None:
+      out["prefix_probe"] = self.prefix_probe.to_json()
+    out.update({k: v for k, v in self.analysis.to_json().items() if k not in out})
+    out["analysis_seed"] = self.analysis.seed
+    out["far_accuracy"] = self.far_accuracy
+    out["slot_gain"] = None if self.slot_gain is None else {
+        "sites": [s.to_json() for s in self.slot_gain]}
+    if self.heldout_compression_ratio is not None:
+      out["heldout_compression_ratio"] = self.heldout_compression_ratio
+    out["compression_ratio"] = self.compression_ratio
+    out["heldout"] = None if self.heldout is None else dict(self.heldout)
+    out["images"] = dict(self.images)
+    out["eval_wall_s"] = self.eval_wall_s
+    out["train_wall_s"] = self.train_wall_s
+    return out
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> VariantRecord:
+    """Reads a results.json variant entry (files before ``analysis_seed``: the record's seed)."""
+    unknown = set(data) - _OWN_KEYS - analysis_keys()
+    if unknown:
+      raise ValueError(f"variant record {data.get('name')!r}: unknown fields {sorted(unknown)}")
+    setup = VariantSetup.from_json(data)
+    primary = Analysis.from_json(data, seed=data.get("analysis_seed", setup.seed))
+    depths = data.get("depths")
+    slot = data.get("slot_gain")
+    return cls(
+        setup=setup, analysis=primary, primary_probe=str(data["primary_probe"]),
+        trained_steps=int(data["trained_steps"]),
+        compression_ratio=as_float(data.get("compression_ratio")),
+        primary_depth=data.get("primary_depth"),
+        token_accuracy_by_offset=(None if depths is None
+                                  else as_floats(data["token_accuracy_by_offset"])),
+        depths=None if depths is None else tuple(DepthAnalysis.from_json(d) for d in depths),
+        all_depths=None if depths is None else Analysis.from_json(data["all_depths"]),
+        near_accuracy=as_float(data.get("near_accuracy")),
+        chunk_phase=(PhaseTable.from_json(data["chunk_phase"]) if data.get("chunk_phase")
+                     else None),
+        prefix_probe=(PrefixAnalysis.from_json(data["prefix_probe"]) if data.get("prefix_probe")
+                      else None),
+        slot_gain=None if not slot else tuple(SlotGainSite.from_json(s) for s in slot["sites"]),
+        heldout_compression_ratio=as_float(data.get("heldout_compression_ratio")),
+        heldout=None if data.get("heldout") is None else dict(data["heldout"]),
+        images=dict(data.get("images") or {}),
+        eval_wall_s=as_float(data.get("eval_wall_s")),
+        train_wall_s=as_float(data.get("train_wall_s")))
