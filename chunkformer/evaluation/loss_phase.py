@@ -46,7 +46,7 @@ import numpy as np
 
 from chunkformer.evaluation.estimates import (
     _PERMUTATION_STREAM,
-    _bootstrap_weights_RxS,
+    _bootstrap_weights_RxY,
     _fail,
     _percentiles,
     _rng,
@@ -141,7 +141,7 @@ def bits_per_byte(loss_NxT, mask_NxT, target_bytes_NxT=None, *, num_resamples: i
   nbytes = mask if target_bytes_NxT is None else np.asarray(target_bytes_NxT, np.float64) * mask
   if nbytes.shape != loss.shape or nbytes.sum() <= 0:
     _fail("target_bytes_NxT", f"expected the shape of loss_NxT {loss.shape} and > 0 bytes")
-  weights_RxN = _bootstrap_weights_RxS(loss.shape[0], num_resamples, seed)
+  weights_RxN = _bootstrap_weights_RxY(loss.shape[0], num_resamples, seed)
   row_bits_N = (loss * mask).sum(axis=1) / math.log(2.0)
   row_bytes_N = nbytes.sum(axis=1)
   with np.errstate(invalid="ignore", divide="ignore"):
@@ -172,7 +172,7 @@ def loss_by_phase(loss_NxT, mask_NxT, chunk_size: int, *, origin: int = 0,
   loss, mask = _as_losses(loss_NxT, mask_NxT)
   if origin < 0:
     _fail("origin", f"must be >= 0, got {origin}")
-  weights_RxN = _bootstrap_weights_RxS(loss.shape[0], num_resamples, seed)
+  weights_RxN = _bootstrap_weights_RxY(loss.shape[0], num_resamples, seed)
   blocks_BxM, excess_M, samples_RxM = _excess(loss, mask, chunk_size, origin, weights_RxN)
   low_M, high_M = _percentiles(samples_RxM, confidence)
   amplitude = float(np.ptp(excess_M))
@@ -229,7 +229,7 @@ def amplitude_difference(loss_a_NxT, loss_b_NxT, mask_NxT, chunk_size: int, *, o
   """
   loss_a, mask = _as_losses(loss_a_NxT, mask_NxT)
   loss_b, _ = _as_losses(loss_b_NxT, mask_NxT)
-  weights_RxN = _bootstrap_weights_RxS(loss_a.shape[0], num_resamples, seed)
+  weights_RxN = _bootstrap_weights_RxY(loss_a.shape[0], num_resamples, seed)
   _, excess_a, samples_a = _excess(loss_a, mask, chunk_size, origin, weights_RxN)
   _, excess_b, samples_b = _excess(loss_b, mask, chunk_size, origin, weights_RxN)
   diff = float(np.ptp(excess_a) - np.ptp(excess_b))

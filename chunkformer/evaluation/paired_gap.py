@@ -9,7 +9,7 @@ the same multiplicities to both variants: what the two gaps share (a haystack th
 needles hard for both) cancels in the difference, and the interval is narrower than resampling
 them independently (``paired=False``, for comparison). Each variant keeps its own phases.
 
-Seeds: correctness arrays of shape [N, S, K] hold N training seeds (seed n of A paired with
+Seeds: correctness arrays of shape [N, Y, J] hold N training seeds (seed n of A paired with
 seed n of B). The gap is then the pooled gap of all N*S rows (``estimates``' definition with
 seeds as more rows), and each resample draws seeds with replacement and, jointly for every
 seed, haystacks with replacement (``resample_seeds=False`` keeps the seeds fixed), so the
@@ -18,7 +18,7 @@ interval spans seed-to-seed as well as haystack-to-haystack variation.
 Interval: basic (reflected) bootstrap, as for the gap itself: ``[2d - q_high, 2d - q_low]`` of
 the resampled differences, clipped to [-1, 1]; the max-min gaps are biased upwards and the
 reflection corrects the bias to first order. Measured coverage of a 95% interval over 200
-simulations of the tests' construction (S = 64 haystacks, K = 32 offsets, A at M = 2 and B at
+simulations of the tests' construction (Y = 64 haystacks, J = 32 offsets, A at M = 2 and B at
 M = 4 sharing a haystack effect on the weak phase, 500 resamples): 0.94 at a true difference
 of -0.25 and 0.935 at 0; unpaired 0.99 and 0.995 with intervals 1.55x as wide.
 """
@@ -60,42 +60,42 @@ class GapDifference(NamedTuple):
 
 
 def _as_seed_rows(correct, name: str) -> np.ndarray:
-  """[N, S, K] float64 copy with values in [0, 1] (an [S, K] input is one seed)."""
+  """[N, Y, J] float64 copy with values in [0, 1] (an [Y, J] input is one seed)."""
   x = np.asarray(correct, dtype=np.float64)
   if x.ndim == 2:
     x = x[None]
   if x.ndim != 3 or min(x.shape) < 1 or x.shape[2] < 2:
-    _fail(name, f"expected shape [S, K] or [N, S, K] with K >= 2, got {np.shape(correct)}")
+    _fail(name, f"expected shape [Y, J] or [N, Y, J] with K >= 2, got {np.shape(correct)}")
   if not np.all(np.isfinite(x)) or x.min() < 0.0 or x.max() > 1.0:
     _fail(name, "values must be finite and lie in [0, 1]")
   return x
 
 
-def _phase_rows(phases, shape_NxSxK: tuple[int, int, int], name: str) -> np.ndarray:
-  """Phases as [N*S, K] (or [K]): per offset, per haystack and offset, or per trial."""
+def _phase_rows(phases, shape_NxYxJ: tuple[int, int, int], name: str) -> np.ndarray:
+  """Phases as [N*Y, J] (or [J]): per offset, per haystack and offset, or per trial."""
   x = np.asarray(phases)
-  n, s, k = shape_NxSxK
+  n, s, k = shape_NxYxJ
   if x.shape not in ((k,), (s, k), (n, s, k)):
-    _fail(name, f"expected shape [K], [S, K] or [N, S, K] = {shape_NxSxK}, got {x.shape}")
+    _fail(name, f"expected shape [J], [Y, J] or [N, Y, J] = {shape_NxYxJ}, got {x.shape}")
   if not np.all(np.equal(np.mod(x, 1), 0)) or np.any(x < 0):
     _fail(name, "phases must be non-negative integers")
   x = x.astype(np.int64)
   if x.ndim == 1:
     return x
-  return np.broadcast_to(x, shape_NxSxK).reshape(n * s, k)
+  return np.broadcast_to(x, shape_NxYxJ).reshape(n * s, k)
 
 
 def _resample_weights_RxNS(num_seeds: int, num_haystacks: int, num_resamples: int,
                            rng: np.random.Generator, resample_seeds: bool) -> np.ndarray:
   """Multiplicity of each (seed, haystack) row per resample, normalised to sum to one."""
-  hay_RxS = rng.multinomial(num_haystacks, np.full(num_haystacks, 1.0 / num_haystacks),
+  hay_RxY = rng.multinomial(num_haystacks, np.full(num_haystacks, 1.0 / num_haystacks),
                             size=num_resamples)
   if resample_seeds and num_seeds > 1:
     seed_RxN = rng.multinomial(num_seeds, np.full(num_seeds, 1.0 / num_seeds),
                                size=num_resamples)
   else:
     seed_RxN = np.ones((num_resamples, num_seeds))
-  weights = (seed_RxN[:, :, None] * hay_RxS[:, None, :]).reshape(num_resamples, -1)
+  weights = (seed_RxN[:, :, None] * hay_RxY[:, None, :]).reshape(num_resamples, -1)
   return weights / weights.sum(axis=1, keepdims=True)
 
 
@@ -123,10 +123,10 @@ def gap_difference(correct_a, phases_a, correct_b, phases_b, *, paired: bool = T
   """gap(A) - gap(B) with a (paired) bootstrap interval (module docstring).
 
   Args:
-    correct_a, correct_b: outcomes in [0, 1], [S, K] or [N, S, K] of the same shape, row s
+    correct_a, correct_b: outcomes in [0, 1], [Y, J] or [N, Y, J] of the same shape, row s
       (and seed n) of A on the same haystack as row s (seed n) of B.
-    phases_a, phases_b: each variant's phase grouping, [K], [S, K] or [N, S, K] (e.g.
-      ``offsets_K mod 2`` and ``offsets_K mod 4``).
+    phases_a, phases_b: each variant's phase grouping, [J], [Y, J] or [N, Y, J] (e.g.
+      ``offsets_J mod 2`` and ``offsets_J mod 4``).
     paired: resample A and B with the same haystack (and seed) draws; False draws B's
       independently (an unpaired interval, wider when haystacks matter to both).
     resample_seeds: with N > 1 seeds, draw seeds with replacement too.

@@ -38,10 +38,10 @@ import numpy as np
 
 from chunkformer.evaluation.estimates import (
     _as_phases,
-    _bootstrap_weights_RxS,
+    _bootstrap_weights_RxY,
     _fail,
     _percentiles,
-    as_correct_SxK,
+    as_correct_YxJ,
     bootstrap_mean_accuracy,
     phase_accuracy,
 )
@@ -124,58 +124,58 @@ def coarse_labels(kinds) -> np.ndarray:
   return np.vectorize(COARSE.get, otypes=[object])(kinds) if kinds.size else kinds
 
 
-def _label_codes(labels, names: tuple[str, ...], shape_SxK: tuple[int, int]) -> np.ndarray:
+def _label_codes(labels, names: tuple[str, ...], shape_YxJ: tuple[int, int]) -> np.ndarray:
   labels = np.asarray(labels, dtype=object)
   unknown = set(labels.ravel()) - set(names)
   if unknown:
     _fail("kinds", f"unknown labels {sorted(map(str, unknown))}; known: {names}")
   codes = np.vectorize(names.index, otypes=[np.int64])(labels)
-  return _as_phases(codes, shape_SxK)
+  return _as_phases(codes, shape_YxJ)
 
 
-def label_accuracy(correct_SxK, labels, names: tuple[str, ...], *, num_resamples: int = 2000,
+def label_accuracy(correct_YxJ, labels, names: tuple[str, ...], *, num_resamples: int = 2000,
                    confidence: float = 0.95, seed: int = 0) -> dict[str, dict[str, Any]]:
   """Accuracy of each label with a haystack-bootstrap percentile interval.
 
   Args:
-    correct_SxK: outcomes in [0, 1], S haystacks x K offsets.
-    labels: one name of ``names`` per offset [K] or per trial [S, K].
+    correct_YxJ: outcomes in [0, 1], Y haystacks x J offsets.
+    labels: one name of ``names`` per offset [J] or per trial [Y, J].
   Returns:
     ``{name: {"accuracy", "low", "high", "trials"}}`` for every name in ``names``; a label
     without trials has None numbers and 0 trials.
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
-  codes = np.broadcast_to(_label_codes(labels, names, correct_SxK.shape), correct_SxK.shape)
-  onehot_SxKxL = codes[..., None] == np.arange(len(names))
-  sums_SxL = np.einsum("sk,skl->sl", correct_SxK, onehot_SxKxL)
-  counts_SxL = onehot_SxKxL.sum(axis=1).astype(np.float64)
-  weights_RxS = _bootstrap_weights_RxS(correct_SxK.shape[0], num_resamples, seed)
-  present_L = counts_SxL.sum(axis=0) > 0
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  codes = np.broadcast_to(_label_codes(labels, names, correct_YxJ.shape), correct_YxJ.shape)
+  onehot_YxJxL = codes[..., None] == np.arange(len(names))
+  sums_YxL = np.einsum("sk,skl->sl", correct_YxJ, onehot_YxJxL)
+  counts_YxL = onehot_YxJxL.sum(axis=1).astype(np.float64)
+  weights_RxY = _bootstrap_weights_RxY(correct_YxJ.shape[0], num_resamples, seed)
+  present_L = counts_YxL.sum(axis=0) > 0
   low_L, high_L = np.full(len(names), np.nan), np.full(len(names), np.nan)
   with np.errstate(invalid="ignore", divide="ignore"):
-    samples_RxL = (weights_RxS @ sums_SxL[:, present_L]) / (weights_RxS @ counts_SxL[:, present_L])
+    samples_RxL = (weights_RxY @ sums_YxL[:, present_L]) / (weights_RxY @ counts_YxL[:, present_L])
   if present_L.any():
     low_L[present_L], high_L[present_L] = _percentiles(samples_RxL, confidence)
   out = {}
   for j, name in enumerate(names):
-    trials = int(counts_SxL[:, j].sum())
+    trials = int(counts_YxL[:, j].sum())
     if trials == 0:
       out[name] = {"accuracy": None, "low": None, "high": None, "trials": 0}
       continue
-    out[name] = {"accuracy": float(sums_SxL[:, j].sum() / trials), "low": float(low_L[j]),
+    out[name] = {"accuracy": float(sums_YxL[:, j].sum() / trials), "low": float(low_L[j]),
                  "high": float(high_L[j]), "trials": trials}
   return out
 
 
-def split_record(correct_SxK, kinds, phases, *, num_resamples: int = 2000,
+def split_record(correct_YxJ, kinds, phases, *, num_resamples: int = 2000,
                  confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
   """The C5 table of one variant and depth: accuracy per split, mean accuracy and the gap.
 
   Args:
-    correct_SxK: outcomes in [0, 1].
-    kinds: split kind per offset [K] or per trial [S, K] (``split_kinds_fixed`` /
+    correct_YxJ: outcomes in [0, 1].
+    kinds: split kind per offset [J] or per trial [Y, J] (``split_kinds_fixed`` /
       ``split_kinds_from_ends``).
-    phases: the phase grouping of the gap, [K] or [S, K] (``offset mod M``, or the phase inside
+    phases: the phase grouping of the gap, [J] or [Y, J] (``offset mod M``, or the phase inside
       the actual chunk), as in ``estimates.phase_accuracy``.
   Returns:
     JSON-ready: ``by_label`` (none / partial / total) and ``by_kind`` (the four kinds), each
@@ -184,14 +184,14 @@ def split_record(correct_SxK, kinds, phases, *, num_resamples: int = 2000,
     and, for per-offset kinds and phases, ``kind_by_phase`` (phase -> kind; a phase with two
     kinds is listed with all of them).
   """
-  correct_SxK = as_correct_SxK(correct_SxK)
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
   boot = dict(num_resamples=num_resamples, confidence=confidence, seed=seed)
   kinds = np.asarray(kinds, dtype=object)
-  by_phase = phase_accuracy(correct_SxK, phases, **boot)
-  mean = bootstrap_mean_accuracy(correct_SxK, **boot)
+  by_phase = phase_accuracy(correct_YxJ, phases, **boot)
+  mean = bootstrap_mean_accuracy(correct_YxJ, **boot)
   record = {
-      "by_label": label_accuracy(correct_SxK, coarse_labels(kinds), SPLIT_LABELS, **boot),
-      "by_kind": label_accuracy(correct_SxK, kinds, SPLIT_KINDS, **boot),
+      "by_label": label_accuracy(correct_YxJ, coarse_labels(kinds), SPLIT_LABELS, **boot),
+      "by_kind": label_accuracy(correct_YxJ, kinds, SPLIT_KINDS, **boot),
       "mean_accuracy": mean.mean, "mean_accuracy_low": mean.low,
       "mean_accuracy_high": mean.high,
       "max_gap": by_phase.gap.mean, "max_gap_low": by_phase.gap.low,
