@@ -82,3 +82,22 @@ def test_code_model_record_without_needle_sweep_round_trips_through_json():
   assert "depths" not in data and data["primary_probe"] == "prefix"
   assert VariantRecord.from_json(data) == record
   assert verdicts.claims([record])[6].numbers["code_m4"]["holds"] is False  # C7: no period
+
+
+def test_seeded_units_carry_their_variant_and_seed_through_the_record_json():
+  from chunkformer.evaluation.sweep_config import unit_variant
+  from configs.sweeps import seeded_units, variant
+  units = seeded_units({"fixed_m4": (variant("configs/kv_chunk.py"), 3),
+                        "full": (variant("configs/kv_full.py"), 2),
+                        "fixed_m6": (variant("configs/kv_chunk.py"), 1)})
+  assert list(units) == ["fixed_m4_seed0", "full_seed0", "fixed_m4_seed1", "full_seed1",
+                         "fixed_m4_seed2", "fixed_m6_seed0"]
+  assert [units[u].overrides.seed for u in units] == [0, 0, 1, 1, 2, 0]
+  assert unit_variant("fixed_m4_shift_seed1") == "fixed_m4_shift"
+  assert unit_variant("full") == "full"
+  record = dataclasses.replace(_record("fixed_m4", 2), setup=dataclasses.replace(
+      _record("fixed_m4", 2).setup, name="fixed_m4_seed2"))
+  data = json.loads(json.dumps(record.to_json()))
+  assert (data["name"], data["variant"], data["seed"]) == ("fixed_m4_seed2", "fixed_m4", 2)
+  assert VariantRecord.from_json(data) == record
+  assert record.name == "fixed_m4_seed2"

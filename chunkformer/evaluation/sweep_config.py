@@ -109,6 +109,16 @@ class Sweep:
     return self.align * math.ceil(need / self.align)
 
 
+# A variant trained with several seeds is one sweep unit per seed, "<variant>_seed<k>"
+# (configs/sweeps.seeded_units); records carry the variant and the seed separately.
+SEED_SEPARATOR = "_seed"
+
+
+def unit_variant(unit: str) -> str:
+  """"fixed_m4_seed2" -> "fixed_m4" (a name without a seed suffix is its own variant)."""
+  return unit.rsplit(SEED_SEPARATOR, 1)[0] if SEED_SEPARATOR in unit else unit
+
+
 def is_sweep_config(config: Any) -> bool:
   return isinstance(config, (ml_collections.ConfigDict, Mapping)) and "sweep" in config
 

@@ -41,7 +41,7 @@ from chunkformer.evaluation import (
 )
 from chunkformer.evaluation import trained as trained_lib
 from chunkformer.evaluation.records import DepthAnalysis, PrefixAnalysis, as_float, as_floats
-from chunkformer.evaluation.sweep_config import Sweep, Variant, chunk_sizes
+from chunkformer.evaluation.sweep_config import Sweep, Variant, chunk_sizes, unit_variant
 from chunkformer.evaluation.variant_record import (
   SlotGainSite,
   VariantRecord,
@@ -89,7 +89,8 @@ def describe(variant: Variant) -> VariantSetup:
     chunking += f"+shift{m.key_shift}"
   data = variant.config.data
   return VariantSetup(
-      variant=variant.name, attention=attention, chunking=chunking,
+      variant=unit_variant(variant.name), name=variant.name, attention=attention,
+      chunking=chunking,
       layer_kinds=tuple(layer.kind for layer in layers),
       chunk_size=first.chunk_size if compressed else None,
       chunk_sizes=tuple(chunk_sizes(m)), rope=bool(m.rope), pooling=first.pooling,

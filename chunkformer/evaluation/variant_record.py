@@ -36,7 +36,7 @@ IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 class VariantSetup:
   """What was trained: the descriptive fields of the variant's resolved config."""
 
-  variant: str  # the sweep's name of the variant (results.json: "name" and "variant")
+  variant: str  # the variant; its seeds share it (results.json "variant")
   attention: str  # "full", "fixed" or "dynamic" (of the compressed layers)
   chunking: str  # e.g. "fixed/overlap", "dynamic/router", "+shift2" for a key shift
   # Defaults describe a plain 1-token kv model; a sweep fills every field from the config.
@@ -60,9 +60,14 @@ class VariantSetup:
   source: str = ""
   overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   workdir: str = ""
+  name: str = ""  # the sweep's unit, unique per (variant, seed) (results.json "name"; "" = variant)
+
+  def __post_init__(self):
+    if not self.name:
+      object.__setattr__(self, "name", self.variant)
 
   def to_json(self) -> Json:
-    out = {"name": self.variant}
+    out = {"name": self.name}
     for f in dataclasses.fields(self):
       value = getattr(self, f.name)
       out[f.name] = list(value) if isinstance(value, tuple) else (
@@ -71,7 +76,8 @@ class VariantSetup:
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> VariantSetup:
-    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name != "variant"}
+    values["variant"] = data.get("variant", data["name"])
     values["layer_kinds"] = tuple(values["layer_kinds"])
     values["chunk_sizes"] = tuple(int(m) for m in values["chunk_sizes"])
     values["overrides"] = dict(values["overrides"])
@@ -159,7 +165,7 @@ class VariantRecord:
 
   @property
   def name(self) -> str:
-    return self.setup.variant
+    return self.setup.name
 
   @property
   def far_accuracy(self) -> float | None:

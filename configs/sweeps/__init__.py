@@ -15,7 +15,7 @@ from typing import Any
 
 import ml_collections
 
-from chunkformer.evaluation.sweep_config import SweepSettings
+from chunkformer.evaluation.sweep_config import SEED_SEPARATOR, SweepSettings
 
 
 def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,16 +58,13 @@ def sweep_config(variants: Mapping[str, ml_collections.ConfigDict], *,
   return config
 
 
-SEED_SEPARATOR = "_seed"
-
-
 def seeded_units(variants: Mapping[str, tuple[ml_collections.ConfigDict, int]]
                  ) -> dict[str, ml_collections.ConfigDict]:
   """{name: (variant, n)} -> one unit per seed, ``name_seed<k>`` with ``seed: k`` added.
 
   Units come seed-major (every repeated variant's seed 0, then seed 1, ...; single-seed
-  variants last), so a sweep stopped part way holds the most useful units; ``unit_variant``
-  reads the name back.
+  variants last), so a sweep stopped part way holds the most useful units;
+  ``sweep_config.unit_variant`` reads the variant back from a unit's name.
   """
   def unit(name: str, k: int) -> tuple[str, ml_collections.ConfigDict]:
     definition = ml_collections.ConfigDict(variants[name][0].to_dict())
@@ -80,7 +77,3 @@ def seeded_units(variants: Mapping[str, tuple[ml_collections.ConfigDict, int]]
   units.update(unit(name, 0) for name, (_, n) in variants.items() if n == 1)
   return units
 
-
-def unit_variant(unit: str) -> str:
-  """"fixed_m4_seed2" -> "fixed_m4" (a name without a seed suffix is its own variant)."""
-  return unit.rsplit(SEED_SEPARATOR, 1)[0] if SEED_SEPARATOR in unit else unit
