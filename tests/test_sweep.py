@@ -27,6 +27,7 @@ from chunkformer.evaluation import (
   shards,
   slot_gain,
   stats,
+  study_fields,
   sweep,
   sweep_config,
   variant_eval,
@@ -217,6 +218,9 @@ def test_results_json_has_the_schema_fields_and_types(finished_sweep):
   assert "| smoke" in text and "## Verdicts" in text
   for path in record["images"].values():
     assert os.path.exists(os.path.join(workdir, path))
+  # Full attention, 1-token needles: no slot gains (nor their init null), no split labels.
+  assert record["slot_gain"] is None and "slot_gain_init" not in record
+  assert "split_labels" not in record
 
 
 def test_stored_correctness_matrices_recompute_the_reported_statistics(finished_sweep):
@@ -411,6 +415,8 @@ def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots(
     assert site["slots"] == 4 and site["num_chunks"] == 8 * (32 // 4)
     np.testing.assert_allclose(np.sum(site["realised_weight"], axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(site["bias_weight"], 0.25)  # zero-initialised slot bias
+  # C6's null reads the parameters the trainer starts from (same config and seed).
+  jax.tree.map(np.testing.assert_array_equal, study_fields.init_params(trained), trained.params)
 
 
 def test_dynamic_phases_use_the_boundaries_the_model_used():
@@ -464,3 +470,24 @@ def test_eval_on_a_sweep_directory_names_the_commands_it_wants(tmp_path):
   assert "holds a sweep (runs smoke), not one run" in message and "\n" not in message
   assert f"python eval.py --workdir {variant_dir}" in message
   assert f"`{command}`" in message  # the command recorded in its results.json
+
+
+def test_fixed_multi_token_record_carries_split_labels_and_init_slot_gains(tmp_path):
+  # An untrained fixed M=4 model with 2-token keys and values, evaluated as a sweep variant.
+  overrides = {"model.attention.kind": "fixed", "model.attention.window": 4,
+               "model.attention.chunk_size": 4, "data.key_len": 2, "data.value_len": 2,
+               "data.num_pairs": 2, "data.num_queries": 1, "data.seq_len": 64}
+  sweep = sweep_config.resolve(_sweep({"fx": variant("configs/smoke.py", overrides)},
+                                      prefix_prompts=0), str(tmp_path))
+  (unit,) = sweep.variants
+  model = _untrained(**overrides)
+  record = variant_eval.evaluate(model, unit, sweep, str(tmp_path))
+  labels = record.split_labels
+  assert labels["kind_by_phase"] == {"0": "none", "1": "value_cut", "2": "total", "3": "key_cut"}
+  assert sum(v["trials"] for v in labels["by_label"].values()) == 3 * 12  # haystacks x offsets
+  assert labels["mean_accuracy"] == pytest.approx(record.far_accuracy)
+  # The model is its own initialisation here: the null's gains equal the trained ones.
+  assert [s.site for s in record.slot_gain_init] == [s.site for s in record.slot_gain]
+  for init, trained in zip(record.slot_gain_init, record.slot_gain, strict=True):
+    np.testing.assert_allclose(init.realised_weight, trained.realised_weight, rtol=1e-6)
+  assert VariantRecord.from_json(json.loads(json.dumps(record.to_json()))) == record

@@ -41,6 +41,8 @@ from chunkformer.evaluation import (
   report,
   results_file,
   shards,
+  study_claims,
+  study_tables,
   sweep_config,
   variant_eval,
   verdicts,
@@ -167,7 +169,8 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
   return "\n".join(lines)
 
 
-def _extra_sections(records: Sequence[VariantRecord]) -> str:
+def _extra_sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),
+                    load: study_claims.Loader | None = None) -> str:
   lines = []
   if any(r.depths for r in records):
     lines += ["", "## Needle sweep by depth", "",
@@ -179,17 +182,6 @@ def _extra_sections(records: Sequence[VariantRecord]) -> str:
       lines.append(f"| {r.name} | {d.depth_name} | {d.mean_distance:.0f} | "
                    f"{a.mean_accuracy.value:.3f} | {a.max_gap:.3f} | {a.periodic_share:.3f} | "
                    f"{a.detected_period or 'none'} | {a.p_value:.3g} |")
-  dynamic = [r for r in records if r.chunk_phase is not None]
-  if dynamic:
-    lines += ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
-              "| variant | phases | weakest phase | accuracy there | max gap | p |",
-              "|:--|--:|--:|--:|--:|--:|"]
-    for r in dynamic:
-      c = r.chunk_phase
-      weakest = min((a, p) for a, p in zip(c.accuracy.values, c.phases, strict=True)
-                    if a is not None)
-      lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | "
-                   f"{weakest[0]:.3f} | {c.gap.value:.3f} | {c.p_value:.3g} |")
   probes = [r for r in records if r.prefix_probe is not None]
   if probes:
     lines += ["", "## Prefix probe (accuracy vs prefix length N, phase N mod M)", "",
@@ -214,7 +206,7 @@ def _extra_sections(records: Sequence[VariantRecord]) -> str:
               "-" if v is None else f"{v:.2f}" for v in values)
         lines.append(f"| {r.name} | {site.layer} | {site.stream} | {site.slots} | "
                      f"{fmt(site.preferred_phase)} | {fmt(site.bias_preferred_phase)} |")
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines) + "\n" + study_tables.sections(records, claims, load)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,7 +339,10 @@ def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[Varian
   s = sweep.settings
   plots_dir = os.path.join(workdir, PLOTS_DIR)
   lines = verdicts.decide(records)
-  claims = verdicts.claims(records)
+  # C5/C6 read the correctness matrices and stored slot gains: recomputable from DIR alone.
+  load = study_claims.loader(workdir)
+  claims = study_claims.claims(records, load, seed=s.seed, num_resamples=s.num_resamples,
+                               num_permutations=s.num_permutations)
   reference = s.reference_chunk_size
   overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
       os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
@@ -367,7 +362,7 @@ def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[Varian
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall), images=overview,
                               directory=workdir, claims=claims)
-  _write_atomic(report_path, text + _extra_sections(records))
+  _write_atomic(report_path, text + _extra_sections(records, claims, load))
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
                  wall, claims)
 

@@ -20,6 +20,7 @@ ratio is measured from the end flags they used, never assumed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -38,6 +39,7 @@ from chunkformer.evaluation import (
   probe_plots,
   slot_gain,
   stats,
+  study_fields,
 )
 from chunkformer.evaluation import trained as trained_lib
 from chunkformer.evaluation.records import DepthAnalysis, PrefixAnalysis, as_float, as_floats
@@ -171,6 +173,10 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
           *_band(chunk_phase.accuracy), xlabel="needle phase inside its actual chunk",
           title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
     fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_SxK.mean())
+    if study_fields.wants_split_labels(setup):  # C5: accuracy per split label, fixed in advance
+      fields["split_labels"] = study_fields.split_fields(
+          setup, far.correct_SxK, far.offsets_K, depth_name=far.name, seed=settings.seed,
+          num_resamples=settings.num_resamples)
     ratio_rows = far
 
   if settings.prefix_prompts:
@@ -216,6 +222,12 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
     gains = slot_gain.analyze(trained.params, variant.config.model, sums)
     if gains["sites"]:
       fields["slot_gain"] = tuple(SlotGainSite.from_json(site) for site in gains["sites"])
+      # C6's null: the same statistic of this config's initialised model on the same rows.
+      init = dataclasses.replace(trained, params=study_fields.init_params(trained))
+      init_out = _predictor(init, settings.eval_batch_size)(rows)
+      init_gains = slot_gain.analyze(init.params, variant.config.model, {
+          k: v.sum(axis=0) for k, v in init_out.items() if k.startswith("pool_")})
+      fields["slot_gain_init"] = tuple(SlotGainSite.from_json(s) for s in init_gains["sites"])
       for slots, grid in slot_gain.gain_grids(gains).items():
         images[f"realised slot gain (S'={slots})"] = plots.plot_slot_gains(
             os.path.join(plots_dir, f"{variant.name}_slot_gain_{slots}.png"), grid,

@@ -12,6 +12,7 @@ Shape letters as in ``records``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,7 +137,7 @@ _OWN_KEYS = frozenset({
     "name", "trained_steps", "primary_probe", "primary_depth", "token_accuracy_by_offset",
     "depths", "all_depths", "chunk_phase", "near_accuracy", "prefix_probe", "far_accuracy",
     "slot_gain", "heldout_compression_ratio", "compression_ratio", "heldout", "images",
-    "eval_wall_s", "train_wall_s", "analysis_seed"}) | {
+    "eval_wall_s", "train_wall_s", "analysis_seed", "split_labels", "slot_gain_init"}) | {
         f.name for f in dataclasses.fields(VariantSetup)}
 
 
@@ -162,6 +163,11 @@ class VariantRecord:
   images: Mapping[str, str] = dataclasses.field(default_factory=dict)  # caption -> PNG path
   eval_wall_s: float | None = None
   train_wall_s: float | None = None
+  # Plain fixed models with multi-token needles: ``split_labels.split_record`` of the far depth
+  # with the labels fixed in advance (``split_kinds_fixed``), plus chunk_size/key_len/value_len.
+  split_labels: Mapping[str, Any] | None = None
+  # Slot gains of the same config's initialised model (same seed) on the same rows: C6's null.
+  slot_gain_init: tuple[SlotGainSite, ...] | None = None
 
   @property
   def name(self) -> str:
@@ -206,6 +212,11 @@ class VariantRecord:
     out["images"] = dict(self.images)
     out["eval_wall_s"] = self.eval_wall_s
     out["train_wall_s"] = self.train_wall_s
+    # Optional fields are written only when present: older results.json files lack them.
+    if self.split_labels is not None:
+      out["split_labels"] = json.loads(json.dumps(self.split_labels))
+    if self.slot_gain_init is not None:
+      out["slot_gain_init"] = {"sites": [s.to_json() for s in self.slot_gain_init]}
     return out
 
   @classmethod
@@ -237,4 +248,8 @@ class VariantRecord:
         heldout=None if data.get("heldout") is None else dict(data["heldout"]),
         images=dict(data.get("images") or {}),
         eval_wall_s=as_float(data.get("eval_wall_s")),
-        train_wall_s=as_float(data.get("train_wall_s")))
+        train_wall_s=as_float(data.get("train_wall_s")),
+        split_labels=(None if data.get("split_labels") is None
+                      else json.loads(json.dumps(data["split_labels"]))),
+        slot_gain_init=(None if not data.get("slot_gain_init") else tuple(
+            SlotGainSite.from_json(s) for s in data["slot_gain_init"]["sites"])))

@@ -66,7 +66,11 @@ def _needle(r: Record) -> str:
 
 
 def is_plain_fixed(r: Record) -> bool:
-  s = r.setup
+  return is_plain_fixed_setup(r.setup)
+
+
+def is_plain_fixed_setup(s) -> bool:
+  """Fixed chunks, RoPE on, gated pooling, no overlap, stagger, random phase or key shift."""
   return (s.attention == "fixed" and s.rope and s.pooling == "gated" and not s.overlap
           and not s.stagger and not s.random_phase and not s.key_shift)
 

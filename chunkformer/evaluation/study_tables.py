@@ -1,0 +1,217 @@
+"""Report tables of the study's judged claims (issue 15): markdown text from records and claims.
+
+- ``split_label_tables`` (C5): per needle length, plain fixed models' accuracy per split label
+  (none / partial / total, and the two partial kinds) per M with mean accuracy and gap, pooled
+  over seeds (trial-weighted), and C5's paired gap difference. A record without the stored
+  ``split_labels`` analysis (1-token needles, older sweeps) is labelled from its per-phase
+  accuracy: with fixed chunks the split kind depends only on the phase offset mod M
+  (``split_labels.phase_split_kinds``), weighted by the number of offsets in each phase.
+- ``slot_null_table`` (C6): the site statistics of C6's claim numbers (trained vs init,
+  pooled permutation p, seeds agreeing).
+- ``chunk_phase_table`` (C8): dynamic models' accuracy by the needle's phase inside its actual
+  chunk, with how often each phase occurs (from the stored phases; '-' without them).
+- ``shift_map`` (C9): gap / mean accuracy over key shift width x needle length for fixed
+  M = 4 models and the router on the same needles, '-' where no record exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chunkformer.evaluation import split_labels, verdicts
+from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.variant_record import VariantRecord
+
+_MISSING = "-"
+SHIFT_WIDTHS = (0, 2, 3, 4)
+NEEDLE_LENGTHS = (1, 2, 3)
+_KINDS_SHOWN = ("none", "key_cut", "value_cut", "total")
+
+
+def _f(value: Any, spec: str = ".3f") -> str:
+  return _MISSING if value is None else format(value, spec)
+
+
+def _phase_labels(r: VariantRecord) -> dict[str, dict[str, Any]]:
+  """Accuracy and trials per kind and label, from the phase table (fixed chunks)."""
+  m = r.chunk_size
+  table = r.analysis.by_chunk_size[0].table
+  kinds = split_labels.phase_split_kinds(m, r.setup.key_len, r.setup.value_len)
+  counts = np.bincount(np.mod(np.asarray(r.analysis.offsets), m), minlength=m)
+  trials = counts * r.analysis.num_haystacks
+  out: dict[str, dict[str, Any]] = {}
+  for phase, accuracy in zip(table.phases, table.accuracy.values, strict=True):
+    if accuracy is None:
+      continue
+    kind = kinds[phase]
+    for name in (kind, split_labels.COARSE[kind]):
+      entry = out.setdefault(name, {"correct": 0.0, "trials": 0})
+      entry["correct"] += accuracy * trials[phase]
+      entry["trials"] += int(trials[phase])
+  return {k: {"accuracy": v["correct"] / v["trials"], "trials": v["trials"]}
+          for k, v in out.items() if v["trials"]}
+
+
+def _labels(r: VariantRecord) -> tuple[dict[str, dict[str, Any]], bool]:
+  """(name -> {"accuracy", "trials"} for kinds and labels, stored?)."""
+  s = r.split_labels
+  if s is None:
+    return _phase_labels(r), False
+  out = {k: v for k, v in s["by_kind"].items() if v["trials"]}
+  out.update({k: v for k, v in s["by_label"].items() if v["trials"]})
+  return out, True
+
+
+def _pooled(entries: Sequence[dict[str, dict[str, Any]]], name: str) -> float | None:
+  found = [e[name] for e in entries if name in e and e[name]["accuracy"] is not None]
+  trials = sum(x["trials"] for x in found)
+  return None if not trials else sum(x["accuracy"] * x["trials"] for x in found) / trials
+
+
+def split_label_tables(records: Sequence[VariantRecord], c5: Claim | None = None) -> list[str]:
+  plain = [r for r in records if verdicts.is_plain_fixed(r) and r.setup.task == "kv"]
+  if not plain:
+    return []
+  lines = ["", "## Split labels (C5): accuracy per split of the needle, far depth", "",
+           "Labels fixed in advance from the chunk grid (a boundary between key and value: "
+           "total; inside key or value only: partial, key cut / value cut; none). Seeds pooled "
+           "by trials; mean accuracy and gap: mean over seeds. * = labelled from the per-phase "
+           "accuracy (no stored split analysis)."]
+  groups: dict[tuple[int, int], dict[int, list[VariantRecord]]] = {}
+  for r in plain:
+    groups.setdefault((r.setup.key_len, r.setup.value_len), {}).setdefault(
+        r.chunk_size, []).append(r)
+  for (key_len, value_len), by_m in sorted(groups.items()):
+    lines += ["", f"Key {key_len} / value {value_len} token(s):", "",
+              "| M | seeds | kinds by phase | none | partial | total | key cut | value cut | "
+              "mean acc | gap |", "|--:|--:|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for m, runs in sorted(by_m.items()):
+      found = [_labels(r) for r in runs]
+      entries = [e for e, _ in found]
+      star = "" if all(stored for _, stored in found) else "*"
+      kinds = split_labels.phase_split_kinds(m, key_len, value_len)
+      cells = [_f(_pooled(entries, name)) for name in ("none", "partial", "total", "key_cut",
+                                                        "value_cut")]
+      means = [r.far_accuracy for r in runs if r.far_accuracy is not None]
+      gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
+      lines.append(f"| {m}{star} | {len(runs)} | {', '.join(kinds)} | {' | '.join(cells)} | "
+                   f"{_f(np.mean(means) if means else None)} | "
+                   f"{_f(np.mean(gaps) if gaps else None)} |")
+    group = (c5.numbers.get(f"key{key_len}_value{value_len}") if c5 is not None else None)
+    if isinstance(group, dict) and "difference" in group:
+      lines += ["", f"Paired gap(M=2) - gap(M=4): {group['difference']:.3f} "
+                f"[{group['difference_low']:.3f}, {group['difference_high']:.3f}] over "
+                f"{group['num_haystacks']} haystacks x {group['num_seeds']} seed(s): "
+                f"{group['verdict']}."]
+  return lines
+
+
+def slot_null_table(c6: Claim | None) -> list[str]:
+  if c6 is None or not any(isinstance(v, dict) and "sites" in v for v in c6.numbers.values()):
+    return []
+  lines = ["", "## Slot gains against the null (C6)", "",
+           "shift: mean preferred phase minus the chunk centre (slots); spread: max-min "
+           "preferred phase over heads; deviation: distance of the weights from uniform. Trained "
+           "mean [interval over seeds], at initialisation, seed-pooled permutation p (shift and "
+           "spread), seeds agreeing.", "",
+           "| variant | site | statistic | trained | init | p (pooled) | seeds agreeing | "
+           "verdict |", "|:--|:--|:--|--:|--:|--:|--:|:--|"]
+  for variant, entry in c6.numbers.items():
+    for site, stats in entry.get("sites", {}).items():
+      for name in ("shift", "spread", "deviation"):
+        s = stats[name]
+        interval = (_f(s["mean"]) if s["low"] is None
+                    else f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]")
+        p = s.get("pooled_p_value")
+        verdict = s.get("verdict", f"site: {stats['verdict']}")  # deviation: the site's
+        lines.append(f"| {variant} | {site} | {name} | {interval} | {_f(s.get('init'))} | "
+                     f"{_f(p, '.3g')} | {s.get('seeds_agreeing', _MISSING)} | {verdict} |")
+  return lines
+
+
+def chunk_phase_table(records: Sequence[VariantRecord], load=None) -> list[str]:
+  dynamic = [r for r in records if r.chunk_phase is not None]
+  if not dynamic:
+    return []
+  lines = ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
+           "The weak spot relative to the chunk the needle landed in (content-relative "
+           "position), and how often each phase occurs among the far-depth trials.", "",
+           "| variant | phases | weakest phase | accuracy there | max gap | p | "
+           "phase: accuracy (share of trials) |", "|:--|--:|--:|--:|--:|--:|:--|"]
+  for r in dynamic:
+    c = r.chunk_phase
+    weakest = min((a, p) for a, p in zip(c.accuracy.values, c.phases, strict=True)
+                  if a is not None)
+    shares = _phase_shares(r, load)
+    listed = ", ".join(
+        f"{p}: {_f(a, '.2f')}" + ("" if shares is None else
+                                  f" ({shares.get(p, 0.0):.1%})")
+        for p, a in zip(c.phases, c.accuracy.values, strict=True))
+    lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | {weakest[0]:.3f} | "
+                 f"{c.gap.value:.3f} | {c.p_value:.3g} | {listed} |")
+  return lines
+
+
+def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
+  """Share of the far-depth trials in each phase inside the actual chunk (stored phases)."""
+  matrices = load(r.name) if load is not None else None
+  matrix = (matrices or {}).get(f"needle_{r.primary_depth}")
+  if matrix is None or matrix.phases_YxJ is None:
+    return None
+  phases, counts = np.unique(matrix.phases_YxJ, return_counts=True)
+  return {int(p): float(c) / matrix.phases_YxJ.size for p, c in zip(phases, counts,
+                                                                      strict=True)}
+
+
+def _shift_row_of(r: VariantRecord) -> str | None:
+  s = r.setup
+  if s.task != "kv" or s.chunk_size != 4:
+    return None
+  if s.attention == "fixed" and s.rope and s.pooling == "gated" and not (
+      s.overlap or s.stagger or s.random_phase):
+    return f"fixed M=4, shift {s.key_shift_width if s.key_shift else 0}"
+  if s.attention == "dynamic" and s.chunking.startswith("dynamic/router"):
+    return f"router 4, shift {s.key_shift_width if s.key_shift else 0}"
+  return None
+
+
+def shift_map(records: Sequence[VariantRecord]) -> list[str]:
+  cells: dict[tuple[str, tuple[int, int]], list[VariantRecord]] = {}
+  for r in records:
+    row = _shift_row_of(r)
+    if row is not None:
+      cells.setdefault((row, (r.setup.key_len, r.setup.value_len)), []).append(r)
+  if not cells:
+    return []
+  needles = sorted({n for _, n in cells} | {(k, k) for k in NEEDLE_LENGTHS})
+  fixed_widths = sorted(set(SHIFT_WIDTHS) | {
+      int(row.rsplit(" ", 1)[1]) for row, _ in cells if row.startswith("fixed")})
+  rows = [f"fixed M=4, shift {w}" for w in fixed_widths]
+  rows += sorted({row for row, _ in cells if row.startswith("router")})
+  lines = ["", "## Key shift map (C9): gap / mean far accuracy by shift width and needle length",
+           "", "Seeds averaged (n = seeds); '-' = no such record in the sweep.", "",
+           "| model | " + " | ".join(f"key/value {k}/{v}" for k, v in needles) + " |",
+           "|:--|" + "--:|" * len(needles)]
+  for row in rows:
+    out = []
+    for needle in needles:
+      runs = cells.get((row, needle), [])
+      gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
+      accs = [r.far_accuracy for r in runs if r.far_accuracy is not None]
+      out.append(_MISSING if not runs else
+                 f"{_f(np.mean(gaps) if gaps else None)} / {_f(np.mean(accs) if accs else None)}"
+                 f" (n={len(runs)})")
+    lines.append(f"| {row} | " + " | ".join(out) + " |")
+  return lines
+
+
+def sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),
+             load=None) -> str:
+  """Every table above, as one markdown block (empty when none applies)."""
+  by_id = {c.id: c for c in claims}
+  lines = (split_label_tables(records, by_id.get("C5")) + slot_null_table(by_id.get("C6"))
+           + chunk_phase_table(records, load) + shift_map(records))
+  return "\n".join(lines) + ("\n" if lines else "")
