@@ -14,7 +14,14 @@ import os
 import pytest
 
 from chunkformer.evaluation import claims as claims_lib
-from chunkformer.evaluation import correctness, report, results_file, stats, verdicts
+from chunkformer.evaluation import (
+    correctness,
+    report,
+    results_file,
+    stats,
+    study_claims,
+    verdicts,
+)
 from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
@@ -87,6 +94,16 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     # C2: full_kv2 has no period but misses the accuracy gate: undecided, not a failure.
     assert by_id["C2"].numbers["full_kv2"]["holds"] is None
     assert by_id["C1"].seeds_agreeing == "1/1"
+    # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
+    assert "in absolute position" in by_id["C8"].statement
+    assert "inside its own chunk" in by_id["C8"].reason
+  # The sweep's claims (C5/C6 judged where matrices and init slot gains exist) keep these
+  # verdicts: the committed sweeps have neither M=2/M=4 matrices nor init gains.
+  judged = study_claims.claims(results_file.load(_path(sweep)).variants,
+                               study_claims.loader(os.path.join(RESULTS, sweep)),
+                               num_resamples=50, num_permutations=50)
+  assert [c.verdict for c in judged] == [c.verdict for c in claims]
+  assert [c.reason for c in judged if c.id != "C6"] == [c.reason for c in claims if c.id != "C6"]
 
 
 def test_committed_demo_statistics_recompute_from_its_correctness_matrices():
