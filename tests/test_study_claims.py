@@ -64,6 +64,16 @@ def test_c5_reproduced_when_the_paired_interval_lies_below_zero():
   assert group["units_m2"] == ["fixed_m2_k2_seed0", "fixed_m2_k2_seed1"]
 
 
+def test_c5_reads_the_matrices_a_sweep_stored_in_its_directory(tmp_path):
+  records, store = _sweep(m2_rate=0.5, m4_rate=0.0)
+  for name, matrices in store.items():
+    correctness.save(correctness.path_for(str(tmp_path), name), matrices)
+  from_disk = study_claims.c5_claim(records, study_claims.loader(str(tmp_path)),
+                                    num_resamples=100)
+  assert from_disk == study_claims.c5_claim(records, store.get, num_resamples=100)
+  assert study_claims.loader(str(tmp_path))("no_such_unit") is None
+
+
 def test_c5_not_reproduced_above_zero_and_inconclusive_with_the_interval_in_the_reason():
   records, store = _sweep(m2_rate=0.0, m4_rate=0.5)  # M=2 gap 1, M=4 gap 0.5
   claim = study_claims.c5_claim(records, store.get, num_resamples=200)
