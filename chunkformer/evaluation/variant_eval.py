@@ -8,8 +8,11 @@ detected_period, p_value, offsets, accuracy_by_offset, accuracy_by_phase) and mo
   sweep at the far depth for retrieval models (``primary_probe`` "needle"), the prefix probe
   for code models ("prefix"); ``mean_accuracy`` = ``far_accuracy`` is its mean accuracy;
 - ``depths``: the needle sweep at every depth, ``all_depths``: all depths pooled (window starts
-  share their phase, see ``needle_sweep``); ``prefix_probe``; ``slot_gain``; ``heldout``: the
-  training run's final held-out metrics;
+  share their phase, see ``needle_sweep``); ``prefix_probe`` (for code prompts with
+  ``needle_phases``: accuracy by N mod M and by each needle's own phase); ``slot_gain``;
+  ``heldout``: the training run's final held-out metrics;
+- language models (task code/corpus, ``sweep.phase_loss_batches > 0``): ``lm_phase_loss``,
+  held-out code loss by position mod M per batch and bits per byte (``lm_phase_loss``);
 - ``images``: caption -> PNG path, for the report.
 
 Phases: the top-level per-phase fields, ``max_gap`` and ``p_value`` group offsets by
@@ -32,6 +35,7 @@ from chunkformer import data as data_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.evaluation import (
   boundaries,
+  lm_phase_loss,
   loaded_model,
   needle_sweep,
   plots,
@@ -197,6 +201,9 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
       nested["code_accuracy_by_prefix"] = probe.code_accuracy_SxK.mean(axis=0).tolist()
     if probe.boundary_agreement_K is not None:
       nested["boundary_agreement_by_prefix"] = probe.boundary_agreement_K.tolist()
+    needles = prefix_probe.needle_phases(probe_rows, probe, sizes[0])
+    if needles is not None:
+      nested["needle_phases"] = needles
     record["prefix_probe"] = nested
     extra = {}
     if probe.code_accuracy_SxK is not None:
@@ -241,6 +248,10 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
             value_label="gain (1 = uniform)")
     if "ends" in out:
       record["heldout_compression_ratio"] = needle_sweep.compression_ratio(out["ends"])
+
+  if settings.phase_loss_batches and variant.config.data.task != "kv":
+    record["lm_phase_loss"] = lm_phase_loss.measure(trained, settings.phase_loss_batches,
+                                                    sizes[0]).as_record()
 
   record["compression_ratio"] = _compression_ratio(record, ratio_rows)
   record["heldout"] = _final_metrics(variant.workdir)
