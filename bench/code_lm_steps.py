@@ -71,6 +71,7 @@ def main() -> None:
                        f"{result['wall_s_per_step'] * 1e3:.0f} ms wall / "
                        f"{result['cpu_s_per_step'] * 1e3:.0f} ms CPU per step; "
                        f"{code_lm.STEPS} steps <= {train_s / 60:.1f} min quiet"))
+    print(*rows[-1], sep="  ", flush=True)  # progress; the table follows at the end
   load_after = os.getloadavg()
   total = sum(r["cpu_s_per_step"] for r in results.values()) * code_lm.STEPS * code_lm.SEEDS
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

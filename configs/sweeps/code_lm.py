@@ -26,9 +26,15 @@ Evaluation of each unit (``chunkformer/evaluation/variant_eval.py``):
 - held-out next-byte loss by absolute position mod 4, per held-out batch (``lm_phase_loss``),
   and bits per byte.
 
-CPU budget (measured 2026-12-01 with ``train.py`` at this size, 20 timed steps after compile,
-``nice -n 10`` on the shared 2 cores at load average ~13; see WORKSPACE.md "Code LMs"):
-(measurement in progress; see WORKSPACE.md)
+CPU budget (``python bench/code_lm_steps.py --steps 15``: seed 0 of each variant at exactly
+this config, 15 timed steps after compile, 2026-12-01 03:46-03:56 UTC, ``nice -n 10`` under
+load, load average 15-16 on the 2 shared cores; bench/results/code_lm_steps_cpu.json). CPU
+seconds per step (all threads; bounds the wall per step on 2 quiet cores) / wall under load:
+full 0.41 / 1.66, fixed_m4 0.40 / 1.56, dynamic_m4 0.47 / 1.86, fixed_m4_shift 0.50 / 1.98,
+full_shift 0.45 / 1.78. Training: 15 units x 1000 steps x ~0.45 s <= 111 min on 2 quiet cores
+(about 7-8.5 min per unit), plus evaluation (see WORKSPACE.md "Code LMs" for its measured
+time). Each unit is resumable; ``--config.sweep.order`` runs a subset, so the sweep can be run
+in parts of about an hour (e.g. seed 0 and 1 of every variant first, then seed 2).
 """
 
 from configs.sweeps import seeded_units, sweep_config, variant
