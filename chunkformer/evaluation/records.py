@@ -289,6 +289,9 @@ class PrefixAnalysis:
   token_accuracy_by_prefix: tuple[float | None, ...]
   code_accuracy_by_prefix: tuple[float | None, ...] | None = None  # code models only
   boundary_agreement_by_prefix: tuple[float | None, ...] | None = None  # dynamic models only
+  # Code prompts: accuracy by N mod M and by each needle's own phase (prefix_probe.needle_phases;
+  # its JSON form, kept as written).
+  needle_phases: Mapping[str, Any] | None = None
 
   def to_json(self) -> Json:
     out = {**self.analysis.to_json(), "token_accuracy_by_prefix":
@@ -296,12 +299,16 @@ class PrefixAnalysis:
     for key in ("code_accuracy_by_prefix", "boundary_agreement_by_prefix"):
       if getattr(self, key) is not None:
         out[key] = list(getattr(self, key))
+    if self.needle_phases is not None:
+      out["needle_phases"] = dict(self.needle_phases)
     return out
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> PrefixAnalysis:
     optional = {k: as_floats(data[k]) for k in ("code_accuracy_by_prefix",
                                                  "boundary_agreement_by_prefix") if k in data}
+    if data.get("needle_phases") is not None:
+      optional["needle_phases"] = dict(data["needle_phases"])
     return cls(Analysis.from_json(data), as_floats(data["token_accuracy_by_prefix"]), **optional)
 
 

@@ -56,6 +56,8 @@ class SweepSettings:
   prefix_prompts: int = 32  # prefix probe prompts (0 = no probe)
   code_needles: int = 4  # needles per held-out code prompt when the model's data has none
   slot_gain_rows: int = 64  # held-out rows for the realised pooling weights (0 = skip)
+  phase_loss_batches: int = 0  # LMs (task code/corpus): held-out batches of loss by position
+  # mod M and bits per byte (``lm_phase_loss``; 0 = skip)
   eval_batch_size: int = 64  # rows per jitted forward pass
   num_resamples: int = 2000  # bootstrap resamples
   num_permutations: int = 2000  # permutation-test permutations
@@ -204,7 +206,8 @@ def settings_from(config: ml_collections.ConfigDict) -> SweepSettings:
               "num_permutations"):
     if getattr(settings, key) < 1:
       raise ConfigError(f"config field 'sweep.{key}': must be >= 1, got {getattr(settings, key)}")
-  for key in ("num_offsets", "prefix_max", "prefix_prompts", "slot_gain_rows", "seed"):
+  for key in ("num_offsets", "prefix_max", "prefix_prompts", "slot_gain_rows",
+              "phase_loss_batches", "seed"):
     if getattr(settings, key) < 0:
       raise ConfigError(f"config field 'sweep.{key}': must be >= 0, got {getattr(settings, key)}")
   if not settings.depths:

@@ -6,8 +6,11 @@ identity fields variant, seed, key_len, value_len, task) and:
   retrieval models (``primary_probe`` "needle"), the prefix probe for code models ("prefix");
   ``far_accuracy`` is its mean accuracy;
 - ``depths``: the needle sweep at every depth, ``all_depths``: all depths pooled (window starts
-  share their phase, see ``needle_sweep``); ``prefix_probe``; ``slot_gain``; ``heldout``: the
-  training run's final held-out metrics;
+  share their phase, see ``needle_sweep``); ``prefix_probe`` (for code prompts with
+  ``needle_phases``: accuracy by N mod M and by each needle's own phase); ``slot_gain``;
+  ``heldout``: the training run's final held-out metrics;
+- language models (task code/corpus, ``sweep.phase_loss_batches > 0``): ``lm_phase_loss``,
+  held-out code loss by position mod M per batch and bits per byte (``lm_phase_loss``);
 - ``images``: caption -> PNG path, for the report.
 
 Phases: the top-level per-phase fields, ``max_gap`` and ``p_value`` group offsets by
@@ -32,6 +35,7 @@ from chunkformer import workdir as workdir_lib
 from chunkformer.evaluation import (
   boundaries,
   correctness,
+  lm_phase_loss,
   loaded_model,
   needle_sweep,
   plots,
@@ -189,7 +193,8 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
         code_accuracy_by_prefix=(None if probe.code_accuracy_SxK is None
                                  else as_floats(probe.code_accuracy_SxK.mean(axis=0))),
         boundary_agreement_by_prefix=(None if probe.boundary_agreement_K is None
-                                      else as_floats(probe.boundary_agreement_K)))
+                                      else as_floats(probe.boundary_agreement_K)),
+        needle_phases=prefix_probe.needle_phases(probe_rows, probe, sizes[0]))
     fields["prefix_probe"] = nested
     extra = {}
     if nested.code_accuracy_by_prefix is not None:
@@ -237,6 +242,9 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
       # No closed chunk gives inf, stored as None (strict JSON).
       fields["heldout_compression_ratio"] = as_float(needle_sweep.compression_ratio(out["ends"]))
 
+  if settings.phase_loss_batches and variant.config.data.task != "kv":
+    fields["lm_phase_loss"] = lm_phase_loss.measure(trained, settings.phase_loss_batches,
+                                                    sizes[0]).as_record()
   if correct_path is not None:
     correctness.save(correct_path, matrices)
   return VariantRecord(

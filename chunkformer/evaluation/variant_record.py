@@ -137,7 +137,8 @@ _OWN_KEYS = frozenset({
     "name", "trained_steps", "primary_probe", "primary_depth", "token_accuracy_by_offset",
     "depths", "all_depths", "chunk_phase", "near_accuracy", "prefix_probe", "far_accuracy",
     "slot_gain", "heldout_compression_ratio", "compression_ratio", "heldout", "images",
-    "eval_wall_s", "train_wall_s", "analysis_seed", "split_labels", "slot_gain_init"}) | {
+    "eval_wall_s", "train_wall_s", "analysis_seed", "lm_phase_loss", "split_labels",
+    "slot_gain_init"}) | {
         f.name for f in dataclasses.fields(VariantSetup)}
 
 
@@ -160,6 +161,9 @@ class VariantRecord:
   slot_gain: tuple[SlotGainSite, ...] | None = None
   heldout_compression_ratio: float | None = None
   heldout: Mapping[str, float] | None = None  # the training run's final held-out metrics
+  # Language models: held-out loss by position mod M per batch, bits per byte
+  # (lm_phase_loss.PhaseLoss.as_record(); its JSON form, kept as written).
+  lm_phase_loss: Mapping[str, Any] | None = None
   images: Mapping[str, str] = dataclasses.field(default_factory=dict)  # caption -> PNG path
   eval_wall_s: float | None = None
   train_wall_s: float | None = None
@@ -209,6 +213,8 @@ class VariantRecord:
       out["heldout_compression_ratio"] = self.heldout_compression_ratio
     out["compression_ratio"] = self.compression_ratio
     out["heldout"] = None if self.heldout is None else dict(self.heldout)
+    if self.lm_phase_loss is not None:
+      out["lm_phase_loss"] = dict(self.lm_phase_loss)
     out["images"] = dict(self.images)
     out["eval_wall_s"] = self.eval_wall_s
     out["train_wall_s"] = self.train_wall_s
@@ -246,6 +252,8 @@ class VariantRecord:
         slot_gain=None if not slot else tuple(SlotGainSite.from_json(s) for s in slot["sites"]),
         heldout_compression_ratio=as_float(data.get("heldout_compression_ratio")),
         heldout=None if data.get("heldout") is None else dict(data["heldout"]),
+        lm_phase_loss=(None if data.get("lm_phase_loss") is None
+                       else dict(data["lm_phase_loss"])),
         images=dict(data.get("images") or {}),
         eval_wall_s=as_float(data.get("eval_wall_s")),
         train_wall_s=as_float(data.get("train_wall_s")),

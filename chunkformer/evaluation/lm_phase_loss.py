@@ -1,0 +1,141 @@
+"""The periodic signature of ordinary language modelling: held-out loss by position mod M.
+
+A model with fixed chunks of M tokens sees a token's recent past differently at each phase of
+the chunk grid (at phase M - 1 the chunk is about to close; right after, its entry is new), so
+its next-token loss may depend on the absolute position ``t mod M`` even on plain text; full
+attention has no grid and should show none, a content-defined router neither in absolute
+position. Measured on held-out batches 0..B-1 of the run's own data (the batches its training
+reported), over the CODE targets only: the scored targets minus the planted needles' answer
+bytes where the rows carry needles, so the answers (a retrieval, analysed by the prefix probe)
+do not weigh on the language-model reading. Position = column in the row (0..T-1), which is
+the grid the fixed kind chunks.
+
+Per held-out batch and phase the summed loss (nats) and token count are kept, so the
+per-batch phase means can be resampled or permuted over batches (the statistics live in
+``chunkformer/evaluation``'s stats modules); bits per byte is summed loss / ln 2 / predicted
+bytes (UTF-8 bytes of the targets: ``target_bytes`` on corpus batches, 1 per byte token
+otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from chunkformer import objective
+from chunkformer.evaluation import trained as trained_lib
+
+BYTE_TOKENS = 256  # byte-level tasks: ids below this are one byte each
+
+
+def group_by_phase(values_NxT: np.ndarray, mask_NxT: np.ndarray,
+                   period: int) -> tuple[np.ndarray, np.ndarray]:
+  """(sum of ``values`` where ``mask``, mask sum) per column mod ``period``: two [period] arrays."""
+  if values_NxT.shape != mask_NxT.shape or values_NxT.ndim != 2:
+    raise ValueError(f"values {values_NxT.shape} and mask {mask_NxT.shape} must be equal [N, T]")
+  if period < 1:
+    raise ValueError(f"period must be >= 1, got {period}")
+  phase_T = np.arange(values_NxT.shape[1]) % period
+  weighted_T = (np.asarray(values_NxT, np.float64) * mask_NxT).sum(axis=0)
+  counts_T = np.asarray(mask_NxT, np.float64).sum(axis=0)
+  return (np.bincount(phase_T, weighted_T, minlength=period),
+          np.bincount(phase_T, counts_T, minlength=period))
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseLoss:
+  """Held-out code-token loss of one model, by batch and position mod ``period``."""
+
+  period: int
+  loss_sum_BxP: np.ndarray  # nats summed per held-out batch and phase
+  count_BxP: np.ndarray  # scored code tokens per batch and phase
+  bytes_B: np.ndarray  # UTF-8 bytes those tokens predict, per batch
+  rows_per_batch: int
+  seq_len: int
+
+  @property
+  def mean_loss_BxP(self) -> np.ndarray:
+    return self.loss_sum_BxP / np.maximum(self.count_BxP, 1.0)
+
+  @property
+  def mean_loss_P(self) -> np.ndarray:
+    return self.loss_sum_BxP.sum(axis=0) / np.maximum(self.count_BxP.sum(axis=0), 1.0)
+
+  @property
+  def loss(self) -> float:
+    return float(self.loss_sum_BxP.sum() / max(self.count_BxP.sum(), 1.0))
+
+  @property
+  def bits_per_byte(self) -> float:
+    return float(self.loss_sum_BxP.sum() / max(self.bytes_B.sum(), 1.0) / math.log(2.0))
+
+  def as_record(self) -> dict[str, Any]:
+    """JSON-ready: pooled and per-batch arrays ([batch][phase]) for intervals and tests."""
+    mean_p = self.mean_loss_P
+    return {
+        "period": self.period,
+        "tokens": "code targets (scored, needle answers excluded)",
+        "position": "column in the row mod period",
+        "batches": int(self.loss_sum_BxP.shape[0]),
+        "rows_per_batch": self.rows_per_batch,
+        "seq_len": self.seq_len,
+        "loss": self.loss,
+        "bits_per_byte": self.bits_per_byte,
+        "mean_loss_by_phase": mean_p.tolist(),
+        "count_by_phase": self.count_BxP.sum(axis=0).tolist(),
+        "phase_spread": float(mean_p.max() - mean_p.min()),  # nats, largest minus smallest
+        "mean_loss_by_batch_and_phase": self.mean_loss_BxP.tolist(),
+        "loss_sum_by_batch_and_phase": self.loss_sum_BxP.tolist(),
+        "count_by_batch_and_phase": self.count_BxP.tolist(),
+        "bits_per_byte_by_batch": (self.loss_sum_BxP.sum(axis=1) / np.maximum(self.bytes_B, 1.0)
+                                   / math.log(2.0)).tolist(),
+    }
+
+
+def code_mask(batch: dict[str, np.ndarray]) -> np.ndarray:
+  """Scored targets minus needle answers (float [B, T])."""
+  mask = np.asarray(batch["loss_mask"], np.float64)
+  for key in ("near_mask", "far_mask"):
+    if key in batch:
+      mask = mask - np.asarray(batch[key], np.float64)
+  return mask
+
+
+def target_bytes(batch: dict[str, np.ndarray], mask: np.ndarray) -> float:
+  if "target_bytes" in batch:
+    return float((np.asarray(batch["target_bytes"], np.float64) * mask).sum())
+  return float((mask * (np.asarray(batch["targets"]) < BYTE_TOKENS)).sum())
+
+
+def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) -> PhaseLoss:
+  """Per-token loss of held-out batches 0..num_batches-1, grouped (module docstring)."""
+  if num_batches < 1:
+    raise ValueError(f"num_batches must be >= 1, got {num_batches}")
+  rt = trained.runtime
+
+  @jax.jit
+  def token_loss(params, batch):
+    logits_BxTxV, _ = objective.forward(rt.model, params, batch, train=False)
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits_BxTxV.astype(jnp.float32), batch["targets"])
+
+  sums, counts, nbytes = [], [], []
+  with rt.context():
+    for i in range(num_batches):
+      batch = rt.batch("heldout", i)
+      loss_BxT = np.asarray(jax.device_get(token_loss(trained.params, batch)))
+      host = {k: np.asarray(jax.device_get(v)) for k, v in batch.items()}
+      mask = code_mask(host)
+      loss_sum, count = group_by_phase(loss_BxT, mask, period)
+      sums.append(loss_sum)
+      counts.append(count)
+      nbytes.append(target_bytes(host, mask))
+  return PhaseLoss(period, np.stack(sums), np.stack(counts), np.array(nbytes),
+                   rows_per_batch=trained.config.data.batch_size,
+                   seq_len=trained.config.data.seq_len)
