@@ -360,5 +360,28 @@ class ConfigTest(parameterized.TestCase):
       _model(**attn).validate()
 
 
+class SmallConfigTest(absltest.TestCase):
+
+  def test_small_config_is_the_v4_pattern_with_entries_in_both_layers(self):
+    from chunkformer import config as cfg_lib
+    from chunkformer.data import kv
+    from configs import deepseek_v4_small
+
+    c = cfg_lib.from_dict(deepseek_v4_small.get_config().to_dict())
+    csa, hca = c.model.layers
+    self.assertEqual(c.model.num_kv_heads, 1)
+    for layer in (csa, hca):
+      self.assertEqual((layer.kind, layer.layout, layer.window, layer.sink),
+                       ("fixed", "deepseek_v4", 128, True))
+    self.assertEqual((csa.chunk_size, csa.overlap, csa.indexer), (4, True, "lightning"))
+    self.assertGreater(csa.topk, 0)
+    self.assertEqual((hca.chunk_size, hca.topk), (128, 0))
+    # Every query sees a finished HCA entry (its last token <= the first QUERY token), and
+    # the window does not reach the row start, so some needles are reachable only by entries.
+    first_query = kv.query_start(c.data)
+    self.assertLessEqual(hca.chunk_size - 1, first_query)
+    self.assertGreater(first_query - hca.window, 0)
+
+
 if __name__ == "__main__":
   absltest.main()
