@@ -13,7 +13,8 @@ Claims (issue 5, DESIGN.md section 1), each checked only where the sweep has the
    periodic if p < 0.01 at the far depth or with all depths pooled. Against a baseline below
    50% far accuracy (the task not learned) the comparison is reported as inconclusive.
 A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
-phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, CURE or NOT TESTED.
+phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, INCONCLUSIVE (a full
+model without a period but below the accuracy gate), CURE or NOT TESTED.
 """
 
 from __future__ import annotations
@@ -138,13 +139,13 @@ def _full_claim(r: Record) -> Judgment:
   p, period, far = a.p_value, a.detected_period, _far(r)
   ok = (p is not None and p > NULL_ALPHA and period is None and far is not None
         and far >= FULL_ACCURACY)
-  head = "REPRODUCED" if ok else "NOT REPRODUCED"
+  periodic = p is None or p <= NULL_ALPHA or period is not None
+  holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
+  head = "REPRODUCED" if ok else ("INCONCLUSIVE" if holds is None else "NOT REPRODUCED")
   line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {_p(p)} at "
           f"M={a.chunk_size}, "
           f"detected period {_period(period)}, far accuracy "
           f"{_f(far)} (need p > {NULL_ALPHA}, no period, far accuracy >= {FULL_ACCURACY})")
-  periodic = p is None or p <= NULL_ALPHA or period is not None
-  holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
   reason = "" if holds is not None else (
       f"no period, but far accuracy {_f(far)} is below the {FULL_ACCURACY} gate")
   return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
