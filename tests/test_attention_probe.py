@@ -169,7 +169,7 @@ def test_needle_attention_finds_needles_cut_between_key_and_value(tiny_fixed_mod
   rows = needle_sweep.build(model.config.data, spec)[0]
   run = anatomy.predictor(model, 16, query=anatomy.answer_query(rows))
   probe = anatomy.needle_attention(model, run, rows, 4)
-  offsets = np.tile(rows.offsets_K, 2)
+  offsets = np.tile(rows.offsets_J, 2)
   np.testing.assert_array_equal(probe.phase_N, offsets % 4)
   for layer, reading in probe.by_layer.items():
     # 1-token key and value: split exactly at the last phase of a chunk.

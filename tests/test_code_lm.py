@@ -44,7 +44,7 @@ def corpus_probe(tiny_corpus):
 
 def test_corpus_prefix_probe_shifts_needles_and_answers_by_n(corpus_probe):
   probe = corpus_probe
-  k = probe.prefixes_K.size
+  k = probe.prefixes_J.size
   tokens = np.concatenate([probe.rows["inputs"], probe.rows["targets"][:, -1:]], axis=1)
   assert probe.value_position_A is not None
   assert probe.answer_row_A.size == 3 * k * NEEDLES
@@ -75,7 +75,7 @@ def test_needle_phases_separate_the_needles_phase_from_the_prefix(corpus_probe):
   exact_a = (value_phase_a != 3).astype(np.float64)  # a blind spot at the needle's phase 3
   num_prompts, k = probe.shape
   result = prefix_probe.PrefixResult(
-      probe.prefixes_K, np.zeros((num_prompts, k)), np.zeros((num_prompts, k)),
+      probe.prefixes_J, np.zeros((num_prompts, k)), np.zeros((num_prompts, k)),
       np.ones((num_prompts, k)), None, exact_a)
   tables = prefix_probe.needle_phases(probe, result, m)
   present = np.bincount(value_phase_a, minlength=m) > 0
@@ -92,9 +92,9 @@ def test_needle_phases_separate_the_needles_phase_from_the_prefix(corpus_probe):
     for b in range(m):
       if tables["count_by_prefix_phase_and_base_value_phase"][q][b]:
         assert grid[q][b] == float((q + b) % m != 3)
-  correct = np.array(tables["correct_SxNxJ"])
+  correct = np.array(tables["correct_YxNxJ"])
   assert correct.shape == (num_prompts, k, NEEDLES)
-  np.testing.assert_array_equal(np.array(tables["value_phase_SxNxJ"]).ravel(), value_phase_a)
+  np.testing.assert_array_equal(np.array(tables["value_phase_YxNxJ"]).ravel(), value_phase_a)
   assert tables["code_accuracy_by_prefix_phase"] == [1.0] * m
 
 
@@ -156,7 +156,7 @@ def test_tiny_code_lm_sweep_writes_the_probe_and_phase_loss_fields(tiny_corpus, 
     assert record["task"] == "corpus" and record["primary_probe"] == "prefix"
     phases = record["prefix_probe"]["needle_phases"]
     assert phases["period"] == 4
-    assert np.array(phases["correct_SxNxJ"]).shape == (2, MAX_PREFIX + 1, NEEDLES)
+    assert np.array(phases["correct_YxNxJ"]).shape == (2, MAX_PREFIX + 1, NEEDLES)
     assert sum(phases["count_by_answer_phase"]) == 2 * (MAX_PREFIX + 1) * NEEDLES
     loss = record["lm_phase_loss"]
     assert np.array(loss["loss_sum_by_batch_and_phase"]).shape == (2, 4)

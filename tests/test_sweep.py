@@ -59,7 +59,7 @@ def test_sweep_rows_differ_only_in_the_moved_needle(depth_index):
   num_haystacks, num_offsets = rows.shape
   start, stop = needle_sweep.window(KV, SPEC, rows.depth)
   assert start % SPEC.align == 0
-  np.testing.assert_array_equal(rows.offsets_K, np.arange(start, start + num_offsets))
+  np.testing.assert_array_equal(rows.offsets_J, np.arange(start, start + num_offsets))
   inputs = rows.rows["inputs"].reshape(num_haystacks, num_offsets, -1)
   targets = rows.rows["targets"].reshape(num_haystacks, num_offsets, -1)
   outside = np.ones(inputs.shape[-1], bool)
@@ -70,7 +70,7 @@ def test_sweep_rows_differ_only_in_the_moved_needle(depth_index):
     assert (targets[s, :, -4:] == targets[s, :1, -4:]).all()
     layout = rows.layouts[s * num_offsets]
     needle = np.array(layout.keys[0] + layout.values[0])
-    for k, offset in enumerate(rows.offsets_K):
+    for k, offset in enumerate(rows.offsets_J):
       window = inputs[s, k, start:stop]
       here = offset - start
       np.testing.assert_array_equal(window[here:here + needle.size], needle)
@@ -85,7 +85,7 @@ def test_depths_share_haystack_positions_mod_alignment_and_order_by_distance():
   far, middle, near = needle_sweep.build(KV, SPEC)
   assert far.distance_N.mean() > middle.distance_N.mean() > near.distance_N.mean()
   for rows in (middle, near):
-    np.testing.assert_array_equal(rows.offsets_K % SPEC.align, far.offsets_K % SPEC.align)
+    np.testing.assert_array_equal(rows.offsets_J % SPEC.align, far.offsets_J % SPEC.align)
 
 
 def test_sweep_window_that_does_not_fit_names_num_offsets():
@@ -102,7 +102,7 @@ def test_prefix_probe_shifts_the_whole_prompt_by_n(task):
   probe = prefix_probe.build(config, spec)
   fill = kv.FILLER_BASE if task == "kv" else ord("=")
   pad = kv.PAD if task == "kv" else code.PAD
-  k = probe.prefixes_K.size
+  k = probe.prefixes_J.size
   inputs = probe.rows["inputs"].reshape(2, k, -1)
   targets = probe.rows["targets"].reshape(2, k, -1)
   content = probe.base_len - 1  # base tokens after BOS

@@ -34,7 +34,7 @@ def test_sweep_rows_ask_num_queries_with_the_moved_needle_first(depth_index):
   for n, layout in enumerate(rows.layouts):
     assert len(layout.queries) == KV.num_queries
     assert layout.queries[0] == 0  # the moved needle
-    assert layout.offsets[0] == rows.offsets_K[n % num_offsets]
+    assert layout.offsets[0] == rows.offsets_J[n % num_offsets]
     markers = np.flatnonzero(inputs[n] == kv.QUERY)
     np.testing.assert_array_equal(markers, start + block * np.arange(KV.num_queries))
     # The scored span is the first block's answer: the moved needle's value tokens.
@@ -63,4 +63,4 @@ def test_one_query_rows_are_the_earlier_one_query_rows():
     base = kv.with_queries(kv.sample_layout(rng, config, reserved=(start, stop),
                                             num_queries=1), (0,))
     n = haystack * SPEC.num_offsets
-    assert rows.layouts[n] == kv.with_pair_at(base, 0, int(rows.offsets_K[0]))
+    assert rows.layouts[n] == kv.with_pair_at(base, 0, int(rows.offsets_J[0]))

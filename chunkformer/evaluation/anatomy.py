@@ -96,7 +96,7 @@ def needle_attention(model: trained_lib.TrainedModel, run: trained_lib.Predictor
   n = len(rows.layouts)
   correct, _ = needle_sweep.score_answers(out["predictions"], rows.rows["targets"], np.arange(n),
                                           rows.answer_start_N, rows.answer_stop_N)
-  offsets = np.tile(rows.offsets_K, rows.shape[0])
+  offsets = np.tile(rows.offsets_J, rows.shape[0])
   if "ends" in out:
     phases = needle_sweep.chunk_phases(out["ends"], offsets)
   else:

@@ -202,7 +202,7 @@ def needle_entry_attention(out: Mapping[str, np.ndarray], rows: SweepRows, layer
   n, _, h, c = entries.shape
   kh = token_entry.shape[-1]
   heads = np.arange(h) // (h // kh)
-  offsets = np.tile(rows.offsets_K, rows.shape[0])
+  offsets = np.tile(rows.offsets_J, rows.shape[0])
   query = np.asarray(rows.answer_start_N)
   kept = np.asarray(out["attn_queries"])  # N x Q
   found = kept == query[:, None]

@@ -1,10 +1,10 @@
 """The needle shift sweep (DESIGN.md section 8) on a trained key-value retrieval model.
 
 For each depth (far = 0, middle = 0.5, near = 1: where the window sits in the haystack) and
-each of S haystacks, one layout is sampled with a reserved window free of needles; the queried
-needle is then moved through K consecutive offsets inside that window while every other token
+each of Y haystacks, one layout is sampled with a reserved window free of needles; the queried
+needle is then moved through J consecutive offsets inside that window while every other token
 (the other needles, the filler, the query blocks and the total length) stays identical. The
-K*S rows go through the model in jitted batches; a needle is retrieved when every answer token
+J*Y rows go through the model in jitted batches; a needle is retrieved when every answer token
 is predicted exactly (greedy), and the fraction of answer tokens right is kept too.
 
 In-distribution rows: a row asks ``data.num_queries`` queries, as training rows do. The moved
@@ -15,15 +15,15 @@ needle's answer is scored (``answer_start_N``/``answer_stop_N``, ``distance_N``)
 one whose phase the sweep varies; the other answers stay in the rows' ``loss_mask``. With
 ``data.num_queries = 1`` the rows are exactly those of the earlier one-query sweep.
 
-Row order: row ``s * K + k`` is haystack s with the needle at ``offsets_K[k]``. Window starts
+Row order: row ``y * J + j`` is haystack y with the needle at ``offsets_J[j]``. Window starts
 are multiples of ``spec.align`` (the sweep passes the least common multiple of its chunk
-sizes), so offset index k has phase ``k mod M`` at every depth and every M.
+sizes), so offset index j has phase ``j mod M`` at every depth and every M.
 
 Phases: for fixed chunks the phase is ``offset mod M``, computed by ``stats.analyze``. For
 dynamic chunking the phase is the needle's offset inside the chunk it actually landed in,
 ``offset - (1 + last end flag before offset)``, from the end flags the model actually used
 (``boundaries``, returned by the predictor as ``ends``); these differ per row, hence an
-[S, K] phase matrix.
+[Y, J] phase matrix.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class NeedleSweepSpec:
   """How a sweep samples its rows. Offsets and lengths in tokens."""
 
   num_offsets: int  # K consecutive needle offsets per window
-  num_haystacks: int  # S sampled haystacks per depth
+  num_haystacks: int  # Y sampled haystacks per depth
   depths: tuple[float, ...] = (0.0, 0.5, 1.0)  # window placement, 0 = far ... 1 = near
   align: int = 1  # window starts are multiples of this (lcm of the chunk sizes in play)
   seed: int = 0  # haystack sampling
@@ -61,7 +61,7 @@ class SweepRows:
   """The rows of one depth: S*K rendered rows and where each answer is scored."""
 
   depth: float
-  offsets_K: np.ndarray  # absolute needle offsets (index of the first key token)
+  offsets_J: np.ndarray  # absolute needle offsets (index of the first key token)
   rows: dict[str, np.ndarray]  # the batch contract's arrays, [S*K, T]
   answer_start_N: np.ndarray  # first target index of the answer, per row
   answer_stop_N: np.ndarray  # one past the last
@@ -74,7 +74,7 @@ class SweepRows:
 
   @property
   def shape(self) -> tuple[int, int]:
-    return len(self.layouts) // self.offsets_K.size, self.offsets_K.size
+    return len(self.layouts) // self.offsets_J.size, self.offsets_J.size
 
 
 class WindowAlignmentError(ConfigError):
@@ -148,14 +148,14 @@ def build(config: DataConfig, spec: NeedleSweepSpec) -> list[SweepRows]:
   out = []
   for index, depth in enumerate(spec.depths):
     start, stop = window(config, spec, depth)
-    offsets_K = np.arange(start, start + spec.num_offsets)
+    offsets_J = np.arange(start, start + spec.num_offsets)
     layouts = []
     for haystack in range(spec.num_haystacks):
       base = _base_layout(config, spec, index, haystack, (start, stop))
-      layouts += [kv.with_pair_at(base, 0, int(o)) for o in offsets_K]
+      layouts += [kv.with_pair_at(base, 0, int(o)) for o in offsets_J]
     spans = [kv.query_spans(layout)[0] for layout in layouts]  # the moved needle's query
     out.append(SweepRows(
-        depth=float(depth), offsets_K=offsets_K, rows=kv.render_many(layouts, config),
+        depth=float(depth), offsets_J=offsets_J, rows=kv.render_many(layouts, config),
         answer_start_N=np.array([s.answer_start for s in spans]),
         answer_stop_N=np.array([s.answer_stop for s in spans]),
         distance_N=np.array([s.distance for s in spans]), layouts=tuple(layouts)))
@@ -190,14 +190,14 @@ def chunk_phases(ends_NxT: np.ndarray, offsets_N: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class DepthResult:
-  """Outcomes of one depth, [S, K] each."""
+  """Outcomes of one depth, [Y, J] each."""
 
   depth: float
-  offsets_K: np.ndarray
-  correct_SxK: np.ndarray  # 1.0 iff the whole answer was predicted
-  token_accuracy_SxK: np.ndarray  # fraction of answer tokens predicted
+  offsets_J: np.ndarray
+  correct_YxJ: np.ndarray  # 1.0 iff the whole answer was predicted
+  token_accuracy_YxJ: np.ndarray  # fraction of answer tokens predicted
   mean_distance: float  # tokens from the needle to its query, averaged over rows
-  phases_SxK: np.ndarray | None  # dynamic chunking: phase inside the actual chunk
+  phases_YxJ: np.ndarray | None  # dynamic chunking: phase inside the actual chunk
   compression_ratio: float | None  # dynamic chunking: tokens per closed chunk on these rows
 
   @property
@@ -215,13 +215,13 @@ def run(predictor: trained_lib.Predictor, sweeps: Sequence[SweepRows]) -> list[D
                                   np.arange(num_rows), sweep.answer_start_N, sweep.answer_stop_N)
     phases, ratio = None, None
     if "ends" in out:
-      offsets_N = np.tile(sweep.offsets_K, sweep.shape[0])
+      offsets_N = np.tile(sweep.offsets_J, sweep.shape[0])
       phases = chunk_phases(out["ends"], offsets_N).reshape(sweep.shape)
       ratio = compression_ratio(out["ends"])
     results.append(DepthResult(
-        depth=sweep.depth, offsets_K=sweep.offsets_K, correct_SxK=exact.reshape(sweep.shape),
-        token_accuracy_SxK=tokens.reshape(sweep.shape),
-        mean_distance=float(sweep.distance_N.mean()), phases_SxK=phases,
+        depth=sweep.depth, offsets_J=sweep.offsets_J, correct_YxJ=exact.reshape(sweep.shape),
+        token_accuracy_YxJ=tokens.reshape(sweep.shape),
+        mean_distance=float(sweep.distance_N.mean()), phases_YxJ=phases,
         compression_ratio=ratio))
   return results
 

@@ -49,7 +49,7 @@ class PrefixSpec:
 class PrefixRows:
   """Rows of prompt s at prefix N are row ``s * (N_max + 1) + N``; [S*(N_max+1), T] arrays."""
 
-  prefixes_K: np.ndarray  # N = 0..N_max
+  prefixes_J: np.ndarray  # N = 0..N_max
   rows: dict[str, np.ndarray]
   answer_row_A: np.ndarray  # per answer: its row, first and one-past-last target index
   answer_start_A: np.ndarray
@@ -68,7 +68,7 @@ class PrefixRows:
 
   @property
   def shape(self) -> tuple[int, int]:
-    return self.rows["inputs"].shape[0] // self.prefixes_K.size, self.prefixes_K.size
+    return self.rows["inputs"].shape[0] // self.prefixes_J.size, self.prefixes_J.size
 
 
 def filler_token(config: DataConfig) -> int:
@@ -214,7 +214,7 @@ def build(config: DataConfig, spec: PrefixSpec) -> PrefixRows:
       "segment_ids": np.zeros((num_rows, seq_len), np.int32),
   }
   return PrefixRows(
-      prefixes_K=np.arange(max_prefix + 1), rows=rows, answer_row_A=np.array(rows_a),
+      prefixes_J=np.arange(max_prefix + 1), rows=rows, answer_row_A=np.array(rows_a),
       answer_start_A=np.array(starts_a), answer_stop_A=np.array(stops_a),
       code_mask_NxT=np.stack(code_rows) if code_rows else None, content_start=1,
       base_len=base.seq_len + 1,
@@ -223,11 +223,11 @@ def build(config: DataConfig, spec: PrefixSpec) -> PrefixRows:
 
 @dataclasses.dataclass(frozen=True)
 class PrefixResult:
-  prefixes_K: np.ndarray
-  correct_SxK: np.ndarray  # fraction of the prompt's queries answered exactly
-  token_accuracy_SxK: np.ndarray  # fraction of the prompt's answer tokens right
-  code_accuracy_SxK: np.ndarray | None  # byte accuracy on the code (code models)
-  boundary_agreement_K: np.ndarray | None  # end flags of the content equal to those at N = 0
+  prefixes_J: np.ndarray
+  correct_YxJ: np.ndarray  # fraction of the prompt's queries answered exactly
+  token_accuracy_YxJ: np.ndarray  # fraction of the prompt's answer tokens right
+  code_accuracy_YxJ: np.ndarray | None  # byte accuracy on the code (code models)
+  boundary_agreement_J: np.ndarray | None  # end flags of the content equal to those at N = 0
   exact_A: np.ndarray | None = None  # per answer: 1.0 if every answer token is right
 
 
@@ -249,20 +249,20 @@ def run(predictor: trained_lib.Predictor, probe: PrefixRows) -> PrefixResult:
   agreement = None
   if "ends" in out:
     agreement = boundary_agreement(out["ends"].reshape(probe.shape + (-1,)), probe)
-  return PrefixResult(probe.prefixes_K, exact.reshape(probe.shape), tokens.reshape(probe.shape),
+  return PrefixResult(probe.prefixes_J, exact.reshape(probe.shape), tokens.reshape(probe.shape),
                       code_accuracy, agreement, exact_a)
 
 
-def boundary_agreement(ends_SxKxT: np.ndarray, probe: PrefixRows) -> np.ndarray:
+def boundary_agreement(ends_YxJxT: np.ndarray, probe: PrefixRows) -> np.ndarray:
   """Per N: fraction of content tokens whose end flag matches the unshifted prompt's."""
-  num_prompts, num_prefixes, _ = ends_SxKxT.shape
+  num_prompts, num_prefixes, _ = ends_YxJxT.shape
   # Content tokens 1..base_len-2 are inputs at every N (the last base token is only a target).
   length = probe.base_len - 2
   start = probe.content_start
-  reference = ends_SxKxT[:, 0, start:start + length]
+  reference = ends_YxJxT[:, 0, start:start + length]
   agreement = np.zeros(num_prefixes)
   for n in range(num_prefixes):
-    shifted = ends_SxKxT[:, n, start + n:start + n + length]
+    shifted = ends_YxJxT[:, n, start + n:start + n + length]
     agreement[n] = float(np.mean(shifted == reference))
   del num_prompts
   return agreement
@@ -305,9 +305,9 @@ def needle_phases(probe: PrefixRows, result: PrefixResult, period: int) -> dict 
   by_value, value_counts = _by_group(correct_a, value_phase_a, period)
   both, both_counts = _by_group(correct_a, (n_a % period) * period + base_phase_a, period**2)
   code_by_prefix = None
-  if result.code_accuracy_SxK is not None:
-    phase_k = probe.prefixes_K % period
-    code_by_prefix = [float(result.code_accuracy_SxK[:, phase_k == p].mean())
+  if result.code_accuracy_YxJ is not None:
+    phase_k = probe.prefixes_J % period
+    code_by_prefix = [float(result.code_accuracy_YxJ[:, phase_k == p].mean())
                       if (phase_k == p).any() else None for p in range(period)]
   return {
       "period": period,
@@ -319,7 +319,7 @@ def needle_phases(probe: PrefixRows, result: PrefixResult, period: int) -> dict 
       "count_by_prefix_phase_and_base_value_phase": [
           both_counts[i * period:(i + 1) * period] for i in range(period)],
       "code_accuracy_by_prefix_phase": code_by_prefix,
-      "correct_SxNxJ": correct_a.astype(int).reshape(shape).tolist(),
-      "answer_phase_SxNxJ": answer_phase_a.reshape(shape).tolist(),
-      "value_phase_SxNxJ": value_phase_a.reshape(shape).tolist(),
+      "correct_YxNxJ": correct_a.astype(int).reshape(shape).tolist(),
+      "answer_phase_YxNxJ": answer_phase_a.reshape(shape).tolist(),
+      "value_phase_YxNxJ": value_phase_a.reshape(shape).tolist(),
   }

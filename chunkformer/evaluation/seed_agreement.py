@@ -71,16 +71,16 @@ def seed_agreement(holds_per_seed: Sequence[bool], pooled_holds: bool, *,
   return SeedAgreement(holds, seeds, min_agree, pooled, verdict, reason)
 
 
-def pool_seeds(correct_NxSxK) -> np.ndarray:
+def pool_seeds(correct_NxYxJ) -> np.ndarray:
   """[N, S, K] outcomes (or a list of [S_n, K]) as one [sum S_n, K] matrix of haystack rows."""
-  if isinstance(correct_NxSxK, np.ndarray):
-    arrays = list(correct_NxSxK) if correct_NxSxK.ndim == 3 else [correct_NxSxK]
+  if isinstance(correct_NxYxJ, np.ndarray):
+    arrays = list(correct_NxYxJ) if correct_NxYxJ.ndim == 3 else [correct_NxYxJ]
   else:
-    arrays = [np.asarray(x, np.float64) for x in correct_NxSxK]
+    arrays = [np.asarray(x, np.float64) for x in correct_NxYxJ]
   if not arrays or any(np.ndim(x) != 2 for x in arrays):
-    _fail("correct_NxSxK", "expected [N, S, K] or a non-empty list of [S, K] matrices")
+    _fail("correct_NxYxJ", "expected [N, Y, J] or a non-empty list of [Y, J] matrices")
   if len({np.shape(x)[1] for x in arrays}) != 1:
-    _fail("correct_NxSxK", f"seeds have different offsets: {[np.shape(x) for x in arrays]}")
+    _fail("correct_NxYxJ", f"seeds have different offsets: {[np.shape(x) for x in arrays]}")
   return np.concatenate([np.asarray(x, np.float64) for x in arrays], axis=0)
 
 

@@ -49,7 +49,7 @@ class SweepSettings:
   order: tuple[str, ...] = ()  # variants to run, in table order (empty: all, sorted by name)
   num_offsets: int = 0  # K needle offsets per window; 0 = smallest multiple of the chunk-size
   # lcm that is >= 3 x the largest M in play
-  num_haystacks: int = 32  # S haystacks per depth
+  num_haystacks: int = 32  # Y haystacks per depth
   depths: tuple[float, ...] = (0.0, 0.5, 1.0)  # window depths, 0 = far ... 1 = near
   reference_chunk_size: int = 4  # M used for the phases of variants without chunks (full)
   prefix_max: int = 0  # prefix probe: N = 0..prefix_max; 0 = 3 x the largest M in play

@@ -153,47 +153,47 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
     far = min(depth_results, key=lambda r: r.depth)
     for result in depth_results:
       matrices[f"needle_{result.name}"] = correctness.Matrix(
-          result.correct_SxK, result.offsets_K, result.phases_SxK)
-    primary = stats.analyze(far.correct_SxK, far.offsets_K, sizes, **analyze_kw)
+          result.correct_YxJ, result.offsets_J, result.phases_YxJ)
+    primary = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, **analyze_kw)
     fields["primary_probe"] = "needle"
     fields["primary_depth"] = far.name
-    fields["token_accuracy_by_offset"] = as_floats(far.token_accuracy_SxK.mean(axis=0))
+    fields["token_accuracy_by_offset"] = as_floats(far.token_accuracy_YxJ.mean(axis=0))
     fields["depths"] = tuple(
-        DepthAnalysis(stats.analyze(result.correct_SxK, result.offsets_K, sizes,
+        DepthAnalysis(stats.analyze(result.correct_YxJ, result.offsets_J, sizes,
                                     **analyze_kw).nested(),
                       depth=float(result.depth), depth_name=result.name,
                       mean_distance=float(result.mean_distance),
-                      token_accuracy=float(result.token_accuracy_SxK.mean()),
+                      token_accuracy=float(result.token_accuracy_YxJ.mean()),
                       compression_ratio=as_float(result.compression_ratio))
         for result in depth_results)
-    pooled = np.concatenate([r.correct_SxK for r in depth_results])
-    fields["all_depths"] = stats.analyze(pooled, far.offsets_K, sizes, **analyze_kw).nested()
-    if far.phases_SxK is not None:
-      chunk_phase = stats.analyze(far.correct_SxK, far.offsets_K, sizes, phases=far.phases_SxK,
+    pooled = np.concatenate([r.correct_YxJ for r in depth_results])
+    fields["all_depths"] = stats.analyze(pooled, far.offsets_J, sizes, **analyze_kw).nested()
+    if far.phases_YxJ is not None:
+      chunk_phase = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, phases=far.phases_YxJ,
                                   **analyze_kw).phase
       fields["chunk_phase"] = chunk_phase
       images["accuracy per phase inside the actual chunk"] = plots.plot_phase_accuracy(
           os.path.join(plots_dir, f"{variant.name}_chunk_phases.png"), chunk_phase.phases,
           *_band(chunk_phase.accuracy), xlabel="needle phase inside its actual chunk",
           title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
-    fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_SxK.mean())
+    fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_YxJ.mean())
     if study_fields.wants_split_labels(setup):  # C5: accuracy per split label, fixed in advance
       fields["split_labels"] = study_fields.split_fields(
-          setup, far.correct_SxK, far.offsets_K, depth_name=far.name, seed=settings.seed,
+          setup, far.correct_YxJ, far.offsets_J, depth_name=far.name, seed=settings.seed,
           num_resamples=settings.num_resamples)
     ratio_rows = far
 
   if settings.prefix_prompts:
     probe_rows = prefix_probe.build(variant.config.data, sweep.prefix_spec())
     probe = prefix_probe.run(predictor, probe_rows)
-    matrices["prefix"] = correctness.Matrix(probe.correct_SxK, probe.prefixes_K)
-    analysis = stats.analyze(probe.correct_SxK, probe.prefixes_K, sizes, **analyze_kw)
+    matrices["prefix"] = correctness.Matrix(probe.correct_YxJ, probe.prefixes_J)
+    analysis = stats.analyze(probe.correct_YxJ, probe.prefixes_J, sizes, **analyze_kw)
     nested = PrefixAnalysis(
-        analysis.nested(), as_floats(probe.token_accuracy_SxK.mean(axis=0)),
-        code_accuracy_by_prefix=(None if probe.code_accuracy_SxK is None
-                                 else as_floats(probe.code_accuracy_SxK.mean(axis=0))),
-        boundary_agreement_by_prefix=(None if probe.boundary_agreement_K is None
-                                      else as_floats(probe.boundary_agreement_K)),
+        analysis.nested(), as_floats(probe.token_accuracy_YxJ.mean(axis=0)),
+        code_accuracy_by_prefix=(None if probe.code_accuracy_YxJ is None
+                                 else as_floats(probe.code_accuracy_YxJ.mean(axis=0))),
+        boundary_agreement_by_prefix=(None if probe.boundary_agreement_J is None
+                                      else as_floats(probe.boundary_agreement_J)),
         needle_phases=prefix_probe.needle_phases(probe_rows, probe, sizes[0]))
     fields["prefix_probe"] = nested
     extra = {}
@@ -202,7 +202,7 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
     if nested.boundary_agreement_by_prefix is not None:
       extra["boundary agreement"] = nested.boundary_agreement_by_prefix
     images["prefix probe: accuracy vs prefix length"] = probe_plots.plot_prefix_probe(
-        os.path.join(plots_dir, f"{variant.name}_prefix.png"), probe.prefixes_K,
+        os.path.join(plots_dir, f"{variant.name}_prefix.png"), probe.prefixes_J,
         *_band(analysis.accuracy_by_offset), chunk_size=sizes[0], extra=extra,
         title=f"{variant.name}: prefix probe (p = {analysis.p_value:.3g} at M={sizes[0]})")
     if primary is None:

@@ -76,7 +76,7 @@ DATA = models[FIXED].config.data
 # The needle shift sweep at the far depth: one needle moved over K offsets in S haystacks.
 rows = needle_sweep.build(DATA, plan.needle_spec())[0]
 QUERY = anatomy.answer_query(rows)  # the question token that must produce the value
-print(f"needle sweep: {rows.shape[1]} offsets ({rows.offsets_K[0]}..{rows.offsets_K[-1]}) x "
+print(f"needle sweep: {rows.shape[1]} offsets ({rows.offsets_J[0]}..{rows.offsets_J[-1]}) x "
       f"{rows.shape[0]} haystacks, answered at position {QUERY}")
 runs = {name: anatomy.predictor(model, plan.settings.eval_batch_size, query=QUERY)
         for name, model in models.items()}"""),
@@ -172,7 +172,7 @@ coloured."""),
   for n, what in picks:
     verdict = "retrieved" if probe.correct_N[n] else "missed"
     panels.append(dict(
-        label=f"{what}: needle at offset {rows.offsets_K[n % k]}, phase {probe.phase_N[n]} "
+        label=f"{what}: needle at offset {rows.offsets_J[n % k]}, phase {probe.phase_N[n]} "
               f"({verdict})",
         weights=weights[n], ticks=attention_probe.entry_spans(token_entry[n, :, 0],
                                                               weights.shape[1]),
