@@ -8,6 +8,8 @@ Held-out batch i is the i-th batch of the unshuffled held-out pipeline, read onc
 
 from __future__ import annotations
 
+import atexit
+import weakref
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,18 @@ def open_for(path: str, tokenizer: str, heldout_fraction: float) -> corpus.Datas
     raise ConfigError(f"config field 'data.path': {e}") from e
 
 
+# Feeds with iterators still open. Grain's prefetch iterators stop their threads in __del__,
+# which fails (AttributeError on a torn-down module) when it first runs during interpreter
+# shutdown; closing what is left at exit, while modules still exist, avoids that.
+_OPEN_FEEDS: weakref.WeakSet[CorpusFeed] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_feeds() -> None:
+  for feed in list(_OPEN_FEEDS):
+    feed.close()
+
+
 class CorpusFeed:
   """This process's rows of the corpus batches (see module docstring)."""
 
@@ -53,6 +67,7 @@ class CorpusFeed:
     self.next_step = 0
     self._heldout: list[dict[str, np.ndarray]] = []
     self._heldout_iterator = None
+    _OPEN_FEEDS.add(self)
 
   @property
   def train_iterator(self):
@@ -93,3 +108,5 @@ class CorpusFeed:
     for it in (self._train_iterator, self._heldout_iterator):
       if it is not None and hasattr(it, "close"):
         it.close()
+    self._train_iterator = self._heldout_iterator = None
+    _OPEN_FEEDS.discard(self)
