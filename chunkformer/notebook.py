@@ -23,6 +23,7 @@ from absl import logging
 from chunkformer import trainer
 from chunkformer.config import DataConfig
 from chunkformer.data import code, kv
+from chunkformer.evaluation import formatting
 from chunkformer.evaluation.variant_record import VariantRecord
 
 FAST_ENV = "CHUNKFORMER_FAST"
@@ -117,7 +118,7 @@ def phase_table(records: Sequence[VariantRecord]) -> str:
       cells.append("-" if a is None else f"{a:.2f} [{lo:.2f}, {hi:.2f}]")
     p = r.analysis.p_value
     rows.append([r.name, *cells, table.gap.value, r.analysis.detected_period or "none",
-                 "-" if p is None else f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"])
+                 formatting.p_value(p)])
   headers = ["variant", *(f"phase {p}" for p in phases), "max gap", "period", "p"]
   return markdown_table(headers, rows)
 

@@ -14,33 +14,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.formatting import MISSING, number, p_value
 from chunkformer.evaluation.records import Interval
 from chunkformer.evaluation.variant_record import VariantRecord
 
-_MISSING = "-"
-
-
-def _number(value: Any, spec: str) -> str:
-  if value is None or (isinstance(value, float) and value != value):
-    return _MISSING
-  return format(value, spec)
-
-
-def _p(value: Any) -> str:
-  if value is None:
-    return _MISSING
-  return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
-
 
 def _ratio(value: float | None) -> str:
-  return _MISSING if value is None else f"{value:.2f}x"
+  return MISSING if value is None else f"{value:.2f}x"
 
 
 def _size(value: int | None) -> str:
-  return _MISSING if value is None else f"{value:g}"
+  return MISSING if value is None else f"{value:g}"
 
 
 # Header and cell of each table column.
@@ -49,27 +35,15 @@ TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
     ("chunking", lambda r: r.setup.chunking),
     ("M / target", lambda r: _size(r.chunk_size)),
     ("ratio", lambda r: _ratio(r.compression_ratio)),
-    ("far acc", lambda r: _number(r.far_accuracy, ".3f")),
-    ("max gap", lambda r: _number(r.analysis.max_gap, ".3f")),
-    ("periodic share", lambda r: _number(r.analysis.periodic_share, ".3f")),
+    ("far acc", lambda r: number(r.far_accuracy, ".3f")),
+    ("max gap", lambda r: number(r.analysis.max_gap, ".3f")),
+    ("periodic share", lambda r: number(r.analysis.periodic_share, ".3f")),
     ("period", lambda r: "none" if r.analysis.detected_period is None
      else str(r.analysis.detected_period)),
-    ("p", lambda r: _p(r.analysis.p_value)),
+    ("p", lambda r: p_value(r.analysis.p_value)),
 )
 # Phase lists longer than this are left to the figure.
 _MAX_LISTED_PHASES = 16
-
-
-def _number(value: Any, spec: str) -> str:
-  if value is None or (isinstance(value, float) and value != value):
-    return _MISSING
-  return format(value, spec)
-
-
-def _p(value: Any) -> str:
-  if value is None:
-    return _MISSING
-  return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
 
 
 def comparison_table(records: Sequence[VariantRecord]) -> str:
@@ -91,7 +65,7 @@ def comparison_table(records: Sequence[VariantRecord]) -> str:
 
 def _interval(estimate: Interval | None) -> str:
   if estimate is None or estimate.value is None:
-    return _MISSING
+    return MISSING
   if estimate.low is None or estimate.high is None:
     return f"{estimate.value:.3f}"
   return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
@@ -112,14 +86,14 @@ def _variant_section(record: VariantRecord, directory: str) -> list[str]:
       f"- mean accuracy: {_interval(a.mean_accuracy)} ({conf}% bootstrap)",
       f"- max gap over {phase_word}: {_interval(a.phase.gap)}",
       f"- max gap over offsets (descriptive, biased up by noise): "
-      f"{_number(a.offset_gap, '.3f')}",
-      f"- periodic share at M: {_number(a.periodic_share, '.3f')}, p = {_p(a.p_value)}",
+      f"{number(a.offset_gap, '.3f')}",
+      f"- periodic share at M: {number(a.periodic_share, '.3f')}, p = {p_value(a.p_value)}",
       f"- detected period: {'none' if a.detected_period is None else a.detected_period} "
-      f"(family-wise p = {_p(a.detection_p_value)})",
+      f"(family-wise p = {p_value(a.detection_p_value)})",
   ]
   phases = a.phase.phases
   if len(phases) <= _MAX_LISTED_PHASES:
-    listed = ", ".join(f"{p}: {_number(v, '.2f')}"
+    listed = ", ".join(f"{p}: {number(v, '.2f')}"
                        for p, v in zip(phases, a.phase.accuracy.values, strict=True))
     lines.append(f"- accuracy by {phase_word}: {listed}")
   lines.append("")
@@ -127,7 +101,7 @@ def _variant_section(record: VariantRecord, directory: str) -> list[str]:
     lines += ["| M | max gap | weakest phase | periodic share | p |",
               "|--:|--:|--:|--:|--:|"]
     lines += [f"| {t.chunk_size} | {_interval(t.table.gap)} | {t.table.weakest_phase} "
-              f"| {_number(t.periodic_share, '.3f')} | {_p(t.p_value)} |"
+              f"| {number(t.periodic_share, '.3f')} | {p_value(t.p_value)} |"
               for t in a.by_chunk_size]
     lines.append("")
   for caption, path in record.images.items():

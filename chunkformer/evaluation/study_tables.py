@@ -23,16 +23,12 @@ import numpy as np
 
 from chunkformer.evaluation import split_labels, verdicts
 from chunkformer.evaluation.claims import Claim
+from chunkformer.evaluation.formatting import MISSING, number
 from chunkformer.evaluation.variant_record import VariantRecord
 
-_MISSING = "-"
 SHIFT_WIDTHS = (0, 2, 3, 4)
 NEEDLE_LENGTHS = (1, 2, 3)
 _KINDS_SHOWN = ("none", "key_cut", "value_cut", "total")
-
-
-def _f(value: Any, spec: str = ".3f") -> str:
-  return _MISSING if value is None else format(value, spec)
 
 
 def _phase_labels(r: VariantRecord) -> dict[str, dict[str, Any]]:
@@ -93,13 +89,13 @@ def split_label_tables(records: Sequence[VariantRecord], c5: Claim | None = None
       entries = [e for e, _ in found]
       star = "" if all(stored for _, stored in found) else "*"
       kinds = split_labels.phase_split_kinds(m, key_len, value_len)
-      cells = [_f(_pooled(entries, name)) for name in ("none", "partial", "total", "key_cut",
+      cells = [number(_pooled(entries, name)) for name in ("none", "partial", "total", "key_cut",
                                                         "value_cut")]
       means = [r.far_accuracy for r in runs if r.far_accuracy is not None]
       gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
       lines.append(f"| {m}{star} | {len(runs)} | {', '.join(kinds)} | {' | '.join(cells)} | "
-                   f"{_f(np.mean(means) if means else None)} | "
-                   f"{_f(np.mean(gaps) if gaps else None)} |")
+                   f"{number(np.mean(means) if means else None)} | "
+                   f"{number(np.mean(gaps) if gaps else None)} |")
     group = (c5.numbers.get(f"key{key_len}_value{value_len}") if c5 is not None else None)
     if isinstance(group, dict) and "difference" in group:
       lines += ["", f"Paired gap(M=2) - gap(M=4): {group['difference']:.3f} "
@@ -123,12 +119,12 @@ def slot_null_table(c6: Claim | None) -> list[str]:
     for site, stats in entry.get("sites", {}).items():
       for name in ("shift", "spread", "deviation"):
         s = stats[name]
-        interval = (_f(s["mean"]) if s["low"] is None
+        interval = (number(s["mean"]) if s["low"] is None
                     else f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]")
         p = s.get("pooled_p_value")
         verdict = s.get("verdict", f"site: {stats['verdict']}")  # deviation: the site's
-        lines.append(f"| {variant} | {site} | {name} | {interval} | {_f(s.get('init'))} | "
-                     f"{_f(p, '.3g')} | {s.get('seeds_agreeing', _MISSING)} | {verdict} |")
+        lines.append(f"| {variant} | {site} | {name} | {interval} | {number(s.get('init'))} | "
+                     f"{number(p, '.3g')} | {s.get('seeds_agreeing', MISSING)} | {verdict} |")
   return lines
 
 
@@ -147,7 +143,7 @@ def chunk_phase_table(records: Sequence[VariantRecord], load=None) -> list[str]:
                   if a is not None)
     shares = _phase_shares(r, load)
     listed = ", ".join(
-        f"{p}: {_f(a, '.2f')}" + ("" if shares is None else
+        f"{p}: {number(a, '.2f')}" + ("" if shares is None else
                                   f" ({shares.get(p, 0.0):.1%})")
         for p, a in zip(c.phases, c.accuracy.values, strict=True))
     lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | {weakest[0]:.3f} | "
@@ -201,9 +197,9 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
       runs = cells.get((row, needle), [])
       gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
       accs = [r.far_accuracy for r in runs if r.far_accuracy is not None]
-      out.append(_MISSING if not runs else
-                 f"{_f(np.mean(gaps) if gaps else None)} / {_f(np.mean(accs) if accs else None)}"
-                 f" (n={len(runs)})")
+      mean_gap = number(np.mean(gaps) if gaps else None)
+      mean_acc = number(np.mean(accs) if accs else None)
+      out.append(MISSING if not runs else f"{mean_gap} / {mean_acc} (n={len(runs)})")
     lines.append(f"| {row} | " + " | ".join(out) + " |")
   return lines
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chunkformer.evaluation import claims as claims_lib
+from chunkformer.evaluation.formatting import number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
 
 Record = VariantRecord
@@ -89,16 +90,6 @@ def is_cure(r: Record) -> bool:
       s.overlap or s.stagger or s.random_phase or s.key_shift))
 
 
-def _p(value: Any) -> str:
-  if value is None:
-    return "-"
-  return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
-
-
-def _f(value: Any, spec: str = ".3f") -> str:
-  return "-" if value is None else format(value, spec)
-
-
 def _period(value: int | None) -> str:
   return str(value) if value is not None else "none"
 
@@ -123,10 +114,11 @@ def _period_claim(r: Record) -> Judgment:
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
   far = _far(r)
   caution = ("" if far is None or far >= LEARNED_ACCURACY else
-             f"; caution: far accuracy {_f(far)} < {LEARNED_ACCURACY}, the task is barely learned")
+             f"; caution: far accuracy {number(far)} < {LEARNED_ACCURACY}, the task is barely "
+             "learned")
   line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
-          f"{_period(period)}, p = {_p(p)} at M (need period {m} and "
-          f"p < {PERIOD_ALPHA}); max gap {_f(a.max_gap)}, weakest phase "
+          f"{_period(period)}, p = {p_value(p)} at M (need period {m} and "
+          f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, weakest phase "
           f"{a.phase.weakest_phase}{caution}")
   holds = ok if ok or _learned(r) else None
   claim = "C7" if r.setup.task == "code" else "C1"  # code: the '=' prefix probe (primary)
@@ -142,12 +134,12 @@ def _full_claim(r: Record) -> Judgment:
   periodic = p is None or p <= NULL_ALPHA or period is not None
   holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
   head = "REPRODUCED" if ok else ("INCONCLUSIVE" if holds is None else "NOT REPRODUCED")
-  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {_p(p)} at "
+  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {p_value(p)} at "
           f"M={a.chunk_size}, "
           f"detected period {_period(period)}, far accuracy "
-          f"{_f(far)} (need p > {NULL_ALPHA}, no period, far accuracy >= {FULL_ACCURACY})")
+          f"{number(far)} (need p > {NULL_ALPHA}, no period, far accuracy >= {FULL_ACCURACY})")
   reason = "" if holds is not None else (
-      f"no period, but far accuracy {_f(far)} is below the {FULL_ACCURACY} gate")
+      f"no period, but far accuracy {number(far)} is below the {FULL_ACCURACY} gate")
   return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
 
 
@@ -162,8 +154,8 @@ def _ablation_claim(r: Record) -> Judgment:
   ok = p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
   line = (f"{head}: still periodic with {', '.join(what)} ({r.name}, M={m}, {_needle(r)}): "
-          f"p = {_p(p)} at M, detected period {_period(period)}, "
-          f"max gap {_f(a.max_gap)} (need p < {PERIOD_ALPHA})")
+          f"p = {p_value(p)} at M, detected period {_period(period)}, "
+          f"max gap {number(a.max_gap)} (need p < {PERIOD_ALPHA})")
   holds = ok if ok or _learned(r) else None
   return Judgment(line, "C3" if not r.setup.rope else "C4", holds, (r,), _core_numbers(r),
                   "" if holds is not None else "the task was not learned")
@@ -182,8 +174,9 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
       separated = ok and ga.high is not None and gb.low is not None and ga.high < gb.low
       reverse = (not ok and None not in (ga.low, gb.high) and gb.high < ga.low)
       line = (f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: gap(M=2) < gap(M=4) "
-              f"({_needle(a)}): {_f(ga.value)} [{_f(ga.low)}, {_f(ga.high)}] ({a.name}) vs "
-              f"{_f(gb.value)} [{_f(gb.low)}, {_f(gb.high)}] ({b.name})"
+              f"({_needle(a)}): {number(ga.value)} [{number(ga.low)}, {number(ga.high)}] "
+              f"({a.name}) vs "
+              f"{number(gb.value)} [{number(gb.low)}, {number(gb.high)}] ({b.name})"
               f"{'; intervals separate' if separated else '; intervals overlap' if ok else ''}")
       significant = separated or reverse
       numbers = {"m2": _core_numbers(a), "m4": _core_numbers(b),
@@ -208,8 +201,9 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
   pooled = None if r.all_depths is None else r.all_depths.p_value
   ratio = r.compression_ratio
   text = (f"{r.name} ({r.setup.chunking}, M/target {m}, achieved ratio "
-          f"{_f(ratio, '.2f')}, {_needle(r)}): gap {_f(gap)}, far accuracy {_f(far)}, "
-          f"p = {_p(p)}" + ("" if pooled is None else f" (all depths pooled: p = {_p(pooled)})"))
+          f"{number(ratio, '.2f')}, {_needle(r)}): gap {number(gap)}, far accuracy "
+          f"{number(far)}, p = {p_value(p)}"
+          + ("" if pooled is None else f" (all depths pooled: p = {p_value(pooled)})"))
   claim = ("C9" if r.setup.key_shift else "C8" if r.setup.attention == "dynamic" else None)
   numbers = dict(_core_numbers(r), compression_ratio=ratio, all_depths_p_value=pooled)
   if r.chunk_phase is not None:  # the weak spot relative to the actual chunk (content position)
@@ -240,13 +234,13 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
       verdict = "reduces the gap, still periodic"
     else:
       verdict = "does not reduce the gap"
-  line = (f"CURE: {text} vs {base.name} gap {_f(b_gap)}, far accuracy {_f(b_far)}: "
+  line = (f"CURE: {text} vs {base.name} gap {number(b_gap)}, far accuracy {number(b_far)}: "
           f"{verdict}")
   reason = verdict
   if r.chunk_phase is not None:
     c = r.chunk_phase
-    reason += (f" (in absolute position; by phase inside its own chunk: gap {_f(c.gap.value)}, "
-               f"weakest phase {c.weakest_phase}, p = {_p(c.p_value)})")
+    reason += (f" (in absolute position; by phase inside its own chunk: gap {number(c.gap.value)}, "
+               f"weakest phase {c.weakest_phase}, p = {p_value(c.p_value)})")
   return Judgment(line, claim, holds, (r, base), numbers, reason)
 
 

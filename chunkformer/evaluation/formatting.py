@@ -1,0 +1,22 @@
+"""How reports, verdict lines, study tables and notebooks print numbers: one missing mark and
+one p-value form, so a value reads the same wherever it appears."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MISSING = "-"
+
+
+def number(value: Any, spec: str = ".3f") -> str:
+  """``value`` in ``spec``; MISSING for None or NaN (an undefined statistic)."""
+  if value is None or (isinstance(value, float) and value != value):
+    return MISSING
+  return format(value, spec)
+
+
+def p_value(value: float | None) -> str:
+  """Small p-values in scientific notation (a permutation floor such as 5.0e-04 stays exact)."""
+  if value is None:
+    return MISSING
+  return f"{value:.1e}" if value < 1e-3 else f"{value:.3f}"
