@@ -72,7 +72,7 @@ def seed_agreement(holds_per_seed: Sequence[bool], pooled_holds: bool, *,
 
 
 def pool_seeds(correct_NxYxJ) -> np.ndarray:
-  """[N, S, K] outcomes (or a list of [S_n, K]) as one [sum S_n, K] matrix of haystack rows."""
+  """[N, Y, J] outcomes (or a list of [Y_n, J]) as one [sum Y_n, J] matrix of haystack rows."""
   if isinstance(correct_NxYxJ, np.ndarray):
     arrays = list(correct_NxYxJ) if correct_NxYxJ.ndim == 3 else [correct_NxYxJ]
   else:
