@@ -11,7 +11,10 @@
       only the variants of shard i of n (0 <= i < n; positions i, i + n, ... of sweep.order),
       each part resumable; the part that finds every variant evaluated writes the results;
   python eval.py --config ... --workdir DIR --merge
-      results.json, report.md and plots/ from the stored records of every variant.
+      results.json, report.md and plots/ from the stored records of every variant;
+  python eval.py --config ... --workdir DIR --rejudge
+      the same from DIR/results.json's records, judged again by the current verdict and claim
+      code (a finished sweep whose training directories are gone, e.g. results/).
 """
 
 import json
@@ -32,6 +35,8 @@ _ALLOW_UNFINISHED = flags.DEFINE_bool("allow_unfinished", False,
                                       "evaluate the newest checkpoint of an unfinished run")
 _SHARD = flags.DEFINE_string("shard", None, "i/n: run only shard i of n of a sweep's variants")
 _MERGE = flags.DEFINE_bool("merge", False, "merge the sweep's stored per-variant records")
+_REJUDGE = flags.DEFINE_bool("rejudge", False, "judge a finished sweep again from DIR/results.json "
+                             "(verdicts, claims, report; nothing retrained)")
 cli.define_distributed_flags()
 
 
@@ -40,9 +45,11 @@ def _run_sweep(config) -> None:
     raise ConfigError("config field 'sweep' is missing: --config must be a sweep config "
                       "(configs/sweeps/*.py); train configs go to train.py")
   command = shlex.join(["python"] + sys.argv)
-  if _MERGE.value and _SHARD.value is not None:
-    raise ConfigError("--merge and --shard: give one (run the shards, then --merge)")
-  if _MERGE.value:
+  if sum([_MERGE.value, _REJUDGE.value, _SHARD.value is not None]) > 1:
+    raise ConfigError("--merge, --rejudge and --shard: give one (run the shards, then --merge)")
+  if _REJUDGE.value:
+    outcome = sweep.rejudge(config, _WORKDIR.value, command=command)
+  elif _MERGE.value:
     outcome = sweep.merge(config, _WORKDIR.value, command=command)
   else:
     shard = None if _SHARD.value is None else shards.parse(_SHARD.value)
@@ -68,8 +75,9 @@ def main(argv):
     if _CONFIG.value is not None:
       _run_sweep(_CONFIG.value)
       return
-    if _SHARD.value is not None or _MERGE.value:
-      raise ConfigError("--shard/--merge need a sweep config: --config configs/sweeps/<name>.py")
+    if _SHARD.value is not None or _MERGE.value or _REJUDGE.value:
+      raise ConfigError("--shard/--merge/--rejudge need a sweep config: --config "
+                        "configs/sweeps/<name>.py")
     result = evaluate.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
                                           allow_unfinished=_ALLOW_UNFINISHED.value)
   except (ConfigError, sweep.Interrupted) as e:

@@ -17,49 +17,75 @@ BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
 
 
 def _record(name, seed, *, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.8,
-            **setup):
+            variant=None, **setup):
   phase = dataclasses.replace(BASE.phase, gap=Interval(gap, gap - 0.1, gap + 0.1), p_value=p)
   analysis = dataclasses.replace(
       BASE, phase=phase, detected_period=period, mean_accuracy=Interval(far, None, None),
       by_chunk_size=(dataclasses.replace(BASE.by_chunk_size[0], table=phase, p_value=p),))
-  return VariantRecord(VariantSetup(name, attention, attention, chunk_size=m, seed=seed,
-                                    **setup), analysis, "needle", 10, compression_ratio=None)
+  return VariantRecord(VariantSetup(variant or name, attention, attention, chunk_size=m,
+                                    seed=seed, name=name, **setup), analysis, "needle", 10,
+                       compression_ratio=None)
 
 
-@pytest.mark.parametrize("per_seed, verdict, agreeing", [
-    ({0: True, 1: True, 2: False}, claims.REPRODUCED, "2/3"),
-    ({0: False, 1: False, 2: True}, claims.NOT_REPRODUCED, "2/3"),
-    ({0: True, 1: False}, claims.INCONCLUSIVE, "1/2"),
-    ({0: True, 1: None}, claims.REPRODUCED, "1/2"),
-    ({0: None}, claims.INCONCLUSIVE, "0/1"),
-    ({0: True}, claims.REPRODUCED, "1/1"),
-])
-def test_majority_of_seeds(per_seed, verdict, agreeing):
-  assert claims.majority_of_seeds(per_seed)[:2] == (verdict, agreeing)
+def _pooled(variant, seeds, **kw):
+  return _record(f"{variant} ({seeds} seeds pooled)", 0, variant=variant, **kw)
 
 
-def test_claims_pool_seeds_and_never_read_not_tested():
-  records = [_record("m4_s0", 0), _record("m4_s1", 1),
-             _record("m4_s2", 2, p=0.3, period=None),  # seed 2 shows no period
-             _record("m2_s0", 0, m=2, period=2, gap=0.2), _record("m2_s1", 1, m=2, period=2,
-                                                                   gap=0.6),
+def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
+  records = [_record("m4_s0", 0, variant="m4"), _record("m4_s1", 1, variant="m4"),
+             _record("m4_s2", 2, variant="m4", p=0.3, period=None),  # seed 2: no period
+             _record("m2_s0", 0, m=2, period=2, gap=0.2, variant="m2"),
+             _record("m2_s1", 1, m=2, period=2, gap=0.6, variant="m2"),
              _record("full", 0, attention="full", m=None, p=0.6, period=None, gap=0.02,
                      far=0.99)]
-  lines = verdicts.decide(records)
-  assert any(line.startswith("NOT TESTED") for line in lines)  # the lines keep their form
-  by_id = {c.id: c for c in verdicts.claims(records)}
+  pooled = {"m4": _pooled("m4", 3), "m2": _pooled("m2", 2, m=2, period=2, gap=0.4),
+            "full": records[-1]}
+  lines = verdicts.decide(records, pooled)
+  assert not any("NOT TESTED" in line for line in lines)
+  assert any(line.startswith("INCONCLUSIVE (no data): still periodic with RoPE off")
+             for line in lines)
+  assert any("m4 (3 seeds pooled)" in line for line in lines)  # the pooled tests' lines
+  by_id = {c.id: c for c in verdicts.claims(records, pooled=pooled)}
   assert list(by_id) == [f"C{i}" for i in range(1, 10)]
-  assert (by_id["C1"].verdict, by_id["C1"].seeds_agreeing) == ("REPRODUCED", "2/3")
+  # C1: m4 holds in 2/3 seeds and pooled; m2 in 2/2 and pooled: 4 of 5 seeds agree.
+  assert (by_id["C1"].verdict, by_id["C1"].seeds_agreeing) == ("REPRODUCED", "4/5")
   assert by_id["C1"].numbers["m4_s2"]["holds"] is False
-  # C5 per seed: seed 0 holds (0.2 < 0.5, intervals separate), seed 1 fails (0.6 > 0.5).
+  assert by_id["C1"].numbers["m4 (3 seeds pooled)"]["holds"] is True
+  assert by_id["C1"].numbers["seed_rule"]["m4"]["seeds_agreeing"] == "2/3"
+  # C5 per seed pair: seed 0 holds (0.2 < 0.5), seed 1 fails (0.6 > 0.5); pooled 0.4 < 0.5.
   assert (by_id["C5"].verdict, by_id["C5"].seeds_agreeing) == ("INCONCLUSIVE", "1/2")
-  assert "seeds disagree" in by_id["C5"].reason
+  assert "the seed-pooled test holds but only 1/2 seeds" in by_id["C5"].reason
   assert by_id["C2"].verdict == "REPRODUCED"
   for claim_id in ("C3", "C4", "C6", "C7", "C8", "C9"):
     assert by_id[claim_id].verdict == "INCONCLUSIVE" and by_id[claim_id].reason
     assert "NOT TESTED" not in by_id[claim_id].reason
   for claim in by_id.values():
     assert claims.Claim.from_json(json.loads(json.dumps(claim.to_json()))) == claim
+
+
+def test_pooled_test_that_fails_or_is_missing_keeps_the_claim_inconclusive():
+  records = [_record(f"m4_s{k}", k, variant="m4") for k in range(3)]
+  failing = {"m4": _pooled("m4", 3, p=0.3, period=None)}
+  c1 = verdicts.claims(records, pooled=failing)[0]
+  assert c1.verdict == "INCONCLUSIVE"
+  assert "3/3 seeds hold but the seed-pooled test does not" in c1.reason
+  c1 = verdicts.claims(records)[0]  # several seeds, no pooled record: no pooled test
+  assert c1.verdict == "INCONCLUSIVE" and "no seed-pooled test" in c1.reason
+  # Failing in every seed and pooled: NOT REPRODUCED, the failing seeds counted as agreeing.
+  fails = [_record(f"m4_s{k}", k, variant="m4", p=0.3, period=None) for k in range(3)]
+  c1 = verdicts.claims(fails, pooled=failing)[0]
+  assert (c1.verdict, c1.seeds_agreeing) == ("NOT REPRODUCED", "3/3")
+
+
+def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
+  records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None)]
+  c1 = verdicts.claims(records)[0]  # one seed each: each variant is its own pooled test
+  assert c1.verdict == "INCONCLUSIVE"
+  assert "variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
+  # An undecided variant (task not learned) does not block the others' common verdict.
+  records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None, far=0.1)]
+  c1 = verdicts.claims(records)[0]
+  assert c1.verdict == "REPRODUCED" and "m8: INCONCLUSIVE" in c1.reason
 
 
 def test_unlearned_model_leaves_the_claim_undecided_and_extra_claims_replace_it():

@@ -101,7 +101,7 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert by_id["C5"].numbers["fixed_m2"]["m2"]["max_gap"] == pytest.approx(0.686, abs=1e-3)
     # C2: full_kv2 has no period but misses the accuracy gate: undecided, not a failure.
     assert by_id["C2"].numbers["full_kv2"]["holds"] is None
-    assert by_id["C1"].seeds_agreeing == "1/1"
+    assert by_id["C1"].seeds_agreeing == "6/6"  # six variants of one seed each
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
     assert "in absolute position" in by_id["C8"].statement
     assert "inside its own chunk" in by_id["C8"].reason

@@ -192,12 +192,19 @@ def test_slot_gain_null_detects_a_planted_late_preference_against_init_and_permu
     ([True, False], True, 2, "INCONCLUSIVE", "1/2"),
     ([True], True, 2, "INCONCLUSIVE", "1/1"),
     ([True, True, False], True, 3, "INCONCLUSIVE", "2/3"),
+    # Undecided seeds (None) count neither way; an undecided pooled test decides nothing.
+    ([True, True, None], True, 2, "REPRODUCED", "2/3"),
+    ([False, False, None], False, 2, "NOT REPRODUCED", "0/3"),
+    ([False, None, None], False, 2, "INCONCLUSIVE", "0/3"),
+    ([True, True, True], None, 2, "INCONCLUSIVE", "3/3"),
 ])
 def test_seed_agreement_truth_table(holds, pooled, min_agree, verdict, count):
   result = seed_agreement.seed_agreement(holds, pooled, min_agree=min_agree)
   assert result.verdict == verdict
   assert result.count == count
   assert bool(result.reason) == (verdict == "INCONCLUSIVE")
+  fails = sum(h is False for h in holds)
+  assert result.agreeing == (f"{fails}/{len(holds)}" if verdict == "NOT REPRODUCED" else count)
 
 
 def test_seed_interval_is_student_t():

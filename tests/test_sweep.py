@@ -292,6 +292,28 @@ def test_two_shards_and_a_merge_give_the_unsharded_results(finished_sweep, tmp_p
     sweep.merge(_sweep({"smoke": SMOKE, "smoke_b": SMOKE}, num_resamples=60), dirs["sharded"])
 
 
+def test_rejudge_rewrites_the_judgments_from_results_json_alone(finished_sweep, tmp_path,
+                                                                 monkeypatch):
+  workdir, _ = finished_sweep
+  copy = str(tmp_path / "copy")
+  shutil.copytree(workdir, copy)
+  with open(os.path.join(copy, "results.json")) as f:
+    before = json.load(f)
+  shutil.rmtree(os.path.join(copy, "smoke", "checkpoints"))  # as committed under results/
+  monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
+  monkeypatch.setattr(sweep, "_evaluate", lambda *a, **k: pytest.fail("evaluation started"))
+  again = sweep.rejudge(_sweep({"smoke": SMOKE}), copy, command="rejudge-cmd")
+  with open(again.results_path) as f:
+    after = json.load(f)
+  # Today's code wrote both: same judgments, and the run's own command, date and wall time.
+  for key in ("verdicts", "claims", "variants", "command", "date", "wall_time_s"):
+    assert after[key] == before[key], key
+  with open(again.report_path) as f:
+    assert "Judged again on " in f.read() and "rejudge-cmd" not in after["command"]
+  with pytest.raises(ConfigError, match=r"^--rejudge: .* no record of smoke_b"):
+    sweep.rejudge(_sweep({"smoke": SMOKE, "smoke_b": SMOKE}), copy)
+
+
 def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):
   workdir, first = finished_sweep
   def refuse(*args, **kwargs):
@@ -364,7 +386,8 @@ def test_verdicts_follow_the_numbers():
   assert said("NOT REPRODUCED: period = M for fixed M=8 ")
   assert said("REPRODUCED: full attention has no period")
   assert said("NOT REPRODUCED: still periodic with RoPE off")
-  assert said("NOT TESTED: still periodic with uniform pooling")
+  assert said("INCONCLUSIVE (no data): still periodic with uniform pooling")
+  assert not said("NOT TESTED")
   assert said("REPRODUCED: gap(M=2) < gap(M=4)")
   assert any(line.startswith("CURE: dyn") and "removes the periodic blind spot at no accuracy "
              "cost" in line for line in lines)

@@ -10,18 +10,24 @@ The claims, numbered as in issue 15 (DESIGN.md section 1 and 3):
   C8 content-defined (dynamic) chunk boundaries remove the periodic blind spot;
   C9 a key token shift (local mixing) removes it.
 ``verdicts.judge`` decides each claim for each trained model it can (True, False, or None =
-inconclusive); ``build`` pools those per seed: a seed holds a claim when every decided judgment
-of that seed holds, fails it when one fails. The claim is REPRODUCED / NOT REPRODUCED when at
-least 2/3 of the decided seeds agree (1/1 with one seed), else INCONCLUSIVE, and INCONCLUSIVE
-with the reason when the sweep has no data for it (never "NOT TESTED"). The seed rule is one
-argument (``agreement``), so a seed-pooled test can replace it.
+undecided, e.g. the task not learned), and again for each variant's seed-pooled record
+(``seed_pooling``: its seeds' haystacks stacked). ``build`` applies the one seed rule
+(``seed_agreement``, issue 15) per variant: REPRODUCED when the claim holds in at least
+min(2, n) of its n seeds AND in the seed-pooled test, NOT REPRODUCED when it fails in enough
+seeds AND in the pooled test, else INCONCLUSIVE with the reason (a variant with one seed is its
+own pooled test). Over the variants a claim rests on: the common verdict of the variants that
+decide it (the undecided ones named in the reason), INCONCLUSIVE when they disagree or none
+decides, and INCONCLUSIVE with the reason when the sweep has no data for it (never "NOT
+TESTED").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from chunkformer.evaluation.seed_agreement import SeedAgreement, seed_agreement
 
 REPRODUCED = "REPRODUCED"
 NOT_REPRODUCED = "NOT REPRODUCED"
@@ -82,23 +88,14 @@ class Claim:
                str(data["reason"]), dict(data["numbers"]), str(data["seeds_agreeing"]))
 
 
-# seed -> True (holds) / False (fails) / None (undecided)  ->  (verdict, seeds agreeing, note)
-Agreement = Callable[[Mapping[int, bool | None]], tuple[str, str, str]]
+def _fold(judgments: Sequence[Any]) -> bool | None:
+  """Several judgments of one model: fails if one fails, holds if one holds, else undecided."""
+  found = [j.holds for j in judgments]
+  return False if False in found else True if True in found else None
 
 
-def majority_of_seeds(per_seed: Mapping[int, bool | None]) -> tuple[str, str, str]:
-  """REPRODUCED / NOT REPRODUCED when >= 2/3 of the decided seeds agree, else INCONCLUSIVE."""
-  holds = sum(v is True for v in per_seed.values())
-  fails = sum(v is False for v in per_seed.values())
-  decided, total = holds + fails, len(per_seed)
-  if decided == 0:
-    return INCONCLUSIVE, f"0/{total}", "no seed decides it"
-  if 3 * holds >= 2 * decided:
-    return REPRODUCED, f"{holds}/{total}", ""
-  if 3 * fails >= 2 * decided:
-    return NOT_REPRODUCED, f"{fails}/{total}", ""
-  return INCONCLUSIVE, f"{max(holds, fails)}/{total}", f"seeds disagree ({holds} hold, " \
-      f"{fails} fail)"
+def _variant(judgment) -> str:
+  return judgment.records[0].setup.variant
 
 
 def _key(judgment, used: set[str]) -> str:
@@ -111,16 +108,33 @@ def _key(judgment, used: set[str]) -> str:
   return key
 
 
-def build(judgments: Sequence[Any], *, agreement: Agreement = majority_of_seeds,
+def _variant_rule(mine: Sequence[Any], pooled: Sequence[Any] | None) -> SeedAgreement:
+  """The seed rule for one variant's judgments of one claim and its pooled judgments."""
+  per_seed: dict[int, list] = {}
+  for j in mine:
+    per_seed.setdefault(j.records[0].setup.seed, []).append(j)
+  holds = [_fold(js) for _, js in sorted(per_seed.items())]
+  if pooled is None:  # several seeds without correctness matrices: no pooled test exists
+    rule = seed_agreement(holds, None, min_agree=min(2, len(holds)))
+    return dataclasses.replace(rule, reason="no seed-pooled test (correctness matrices not "
+                               "stored)")
+  return seed_agreement(holds, _fold(pooled), min_agree=min(2, len(holds)))
+
+
+def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
           extra: Mapping[str, Claim] | None = None) -> list[Claim]:
   """The claims C1-C9 from ``verdicts.judge``'s judgments (module docstring).
 
   Args:
-    judgments: ``verdicts.Judgment``s (line, claim, holds, records, numbers, reason).
-    agreement: the seed rule (``majority_of_seeds``).
+    judgments: ``verdicts.Judgment``s of the trained models (line, claim, holds, records,
+      numbers, reason).
+    pooled: the judgments of the variants' seed-pooled records (``seed_pooling``); a variant
+      with several seeds and no pooled judgment of the claim has no pooled test.
     extra: claims decided elsewhere (e.g. a slot-gain null test for C6), replacing the
       judgment-based ones with the same id.
   """
+  pooled = list(pooled or ())
+  pooled_variants = {_variant(j) for j in pooled if j.records}
   claims = []
   for claim_id in CLAIM_IDS:
     if extra and claim_id in extra:
@@ -132,26 +146,50 @@ def build(judgments: Sequence[Any], *, agreement: Agreement = majority_of_seeds,
       claims.append(Claim(claim_id, STATEMENTS[claim_id], INCONCLUSIVE,
                           untested or _NO_DATA[claim_id], {}, "0/0"))
       continue
-    per_seed: dict[int, bool | None] = {}
+    by_variant: dict[str, list] = {}
     for j in mine:
-      seed = j.records[0].setup.seed
-      before = per_seed.get(seed)
-      if j.holds is False or before is False:
-        per_seed[seed] = False
-      elif j.holds is True or before is True:
-        per_seed[seed] = True
-      else:
-        per_seed[seed] = None
-    verdict, agreeing, note = agreement(per_seed)
+      by_variant.setdefault(_variant(j), []).append(j)
+    rules = {}
+    for variant, js in by_variant.items():
+      theirs = [p for p in pooled if p.claim == claim_id and p.records and _variant(p) == variant]
+      if not theirs and len({j.records[0].setup.seed for j in js}) == 1:
+        theirs = js  # one seed: its own test is the pooled test
+      elif not theirs and variant not in pooled_variants:
+        theirs = None  # several seeds without a pooled record: no pooled test exists
+      rules[variant] = _variant_rule(js, theirs)
+    decided = {v: r for v, r in rules.items() if r.verdict != INCONCLUSIVE}
+    found = sorted({r.verdict for r in decided.values()})
+    if len(found) == 1:
+      verdict, note = found[0], ""
+    elif found:
+      verdict, note = INCONCLUSIVE, "variants disagree (" + ", ".join(
+          f"{v}: {r.verdict}" for v, r in sorted(decided.items())) + ")"
+    else:
+      verdict, note = INCONCLUSIVE, "no variant decides it"
+    counted = decided.values() if len(found) == 1 else rules.values()
+    agree = sum(int(r.agreeing.split("/")[0]) for r in counted)
+    agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
     used: set[str] = set()
-    numbers = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}
+    numbers: dict[str, Any] = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}
+    for p in pooled:
+      if p.claim == claim_id and p.records and _variant(p) in by_variant and len(
+          {j.records[0].setup.seed for j in by_variant[_variant(p)]}) > 1:
+        numbers[_key(p, used)] = dict(p.numbers, holds=p.holds)
+    numbers["seed_rule"] = {v: r.record() for v, r in sorted(rules.items())}
+    per_variant = "; ".join(_variant_summary(v, r) for v, r in sorted(rules.items()))
     reasons = sorted({f"{j.records[0].name}: {j.reason}" for j in mine if j.reason})
-    decided = [j for j in mine if j.holds is not None]
     needles = sorted({(j.records[0].setup.key_len, j.records[0].setup.value_len)
                       for j in mine})
-    summary = (f"holds in {sum(j.holds is True for j in decided)} of {len(decided)} decided "
-               f"tests ({len(mine) - len(decided)} undecided); needle key/value tokens "
-               + ", ".join(f"{k}/{v}" for k, v in needles))
-    reason = "; ".join(x for x in [note, summary, *reasons] if x)
+    summary = "needle key/value tokens " + ", ".join(f"{k}/{v}" for k, v in needles)
+    reason = "; ".join(x for x in [note, per_variant, summary, *reasons] if x)
     claims.append(Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers, agreeing))
   return claims
+
+
+def _variant_summary(variant: str, rule: SeedAgreement) -> str:
+  if rule.seeds == 1:  # its own test is the pooled test; the judgment's reason follows
+    return f"{variant}: {rule.verdict} (1 seed)"
+  pooled = ("undecided" if rule.pooled_holds is None else
+            "holds" if rule.pooled_holds else "fails")
+  return (f"{variant}: {rule.verdict}, holds in {rule.count} seeds, seed-pooled test "
+          f"{pooled}" + (f" ({rule.reason})" if rule.reason else ""))

@@ -34,41 +34,65 @@ class SeedAgreement:
   holds: int  # seeds in which the claim holds
   seeds: int  # seeds tested
   min_agree: int
-  pooled_holds: bool
+  pooled_holds: bool | None  # None: the pooled test is undecided
   verdict: str  # REPRODUCED | NOT REPRODUCED | INCONCLUSIVE
   reason: str  # one clause; empty when the seeds and the pooled test agree
+  fails: int = 0  # seeds in which the claim fails (the rest hold or are undecided)
 
   @property
   def count(self) -> str:
-    """'2/3': seeds agreeing out of seeds tested."""
+    """'2/3': seeds in which the claim holds out of seeds tested."""
     return f"{self.holds}/{self.seeds}"
+
+  @property
+  def agreeing(self) -> str:
+    """'2/3': seeds agreeing with the verdict (failing ones for NOT REPRODUCED)."""
+    return f"{self.fails if self.verdict == NOT_REPRODUCED else self.holds}/{self.seeds}"
 
   def record(self) -> dict:
     return {"seeds_agreeing": self.count, "holds": self.holds, "seeds": self.seeds,
-            "min_agree": self.min_agree, "pooled_holds": self.pooled_holds,
+            "fails": self.fails, "min_agree": self.min_agree,
+            "pooled_holds": self.pooled_holds,
             "verdict": self.verdict, "reason": self.reason}
 
 
-def seed_agreement(holds_per_seed: Sequence[bool], pooled_holds: bool, *,
+def seed_agreement(holds_per_seed: Sequence[bool | None], pooled_holds: bool | None, *,
                    min_agree: int = 2) -> SeedAgreement:
-  """The verdict of a claim from its per-seed outcomes and the pooled test (module rule)."""
-  flags = [bool(h) for h in holds_per_seed]
+  """The verdict of a claim from its per-seed outcomes and the pooled test (module rule).
+
+  A seed's outcome may be None (undecided, e.g. the task not learned): it counts neither way,
+  so NOT REPRODUCED needs the claim to fail in enough seeds that the undecided ones could not
+  make up ``min_agree``. A pooled outcome of None (the pooled test undecided) leaves the claim
+  INCONCLUSIVE.
+  """
+  flags = [None if h is None else bool(h) for h in holds_per_seed]
   if min_agree < 1:
     _fail("min_agree", f"must be >= 1, got {min_agree}")
-  holds, seeds, pooled = sum(flags), len(flags), bool(pooled_holds)
+  holds, seeds = sum(f is True for f in flags), len(flags)
+  undecided = sum(f is None for f in flags)
+  pooled = None if pooled_holds is None else bool(pooled_holds)
+  open_note = f"; {undecided} seed(s) undecided" if undecided else ""
   if seeds < min_agree:
     verdict, reason = INCONCLUSIVE, f"only {seeds} seed(s) tested; the rule needs {min_agree}"
+  elif pooled is None:
+    verdict, reason = INCONCLUSIVE, f"the seed-pooled test is undecided{open_note}"
   elif holds >= min_agree and pooled:
     verdict, reason = REPRODUCED, ""
-  elif holds < min_agree and not pooled:
+  elif holds + undecided < min_agree and not pooled:
     verdict, reason = NOT_REPRODUCED, ""
   elif pooled:
     verdict = INCONCLUSIVE
-    reason = f"the seed-pooled test holds but only {holds}/{seeds} seeds (need {min_agree})"
-  else:
+    reason = (f"the seed-pooled test holds but only {holds}/{seeds} seeds (need "
+              f"{min_agree}){open_note}")
+  elif holds >= min_agree:
     verdict = INCONCLUSIVE
     reason = f"{holds}/{seeds} seeds hold but the seed-pooled test does not"
-  return SeedAgreement(holds, seeds, min_agree, pooled, verdict, reason)
+  else:
+    verdict = INCONCLUSIVE
+    reason = (f"the seed-pooled test does not hold and {holds}/{seeds} seeds do, but "
+              f"{undecided} seed(s) are undecided")
+  return SeedAgreement(holds, seeds, min_agree, pooled, verdict, reason,
+                       sum(f is False for f in flags))
 
 
 def pool_seeds(correct_NxYxJ) -> np.ndarray:

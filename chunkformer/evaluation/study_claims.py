@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from chunkformer.evaluation import claims as claims_lib
-from chunkformer.evaluation import correctness, paired_gap, slot_null, verdicts
+from chunkformer.evaluation import correctness, paired_gap, seed_pooling, slot_null, verdicts
 from chunkformer.evaluation.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim
 from chunkformer.evaluation.variant_record import VariantRecord
 
@@ -235,8 +235,16 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
 
 
 def claims(records: Sequence[VariantRecord], load: Loader | None = None, *, seed: int = 0,
-           num_resamples: int = 2000, num_permutations: int = 2000) -> list[Claim]:
-  """``verdicts.claims`` with C5 and C6 decided by their tests where the data allow."""
+           num_resamples: int = 2000, num_permutations: int = 2000,
+           pooled: Mapping[str, VariantRecord] | None = None) -> list[Claim]:
+  """``verdicts.claims`` with C5 and C6 decided by their tests where the data allow.
+
+  ``pooled``: the seed-pooled records (``seed_pooling.pooled_records``), computed from the
+  matrices ``load`` reads when not given.
+  """
+  if pooled is None:
+    pooled = seed_pooling.pooled_records(records, load, seed=seed, num_resamples=num_resamples,
+                                         num_permutations=num_permutations)
   extra = {}
   c5 = c5_claim(records, load, seed=seed, num_resamples=num_resamples)
   if c5 is not None:
@@ -244,4 +252,4 @@ def claims(records: Sequence[VariantRecord], load: Loader | None = None, *, seed
   c6 = c6_claim(records, seed=seed, num_permutations=num_permutations)
   if c6 is not None:
     extra["C6"] = c6
-  return verdicts.claims(records, extra=extra)
+  return verdicts.claims(records, pooled=pooled, extra=extra)

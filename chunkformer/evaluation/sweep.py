@@ -40,6 +40,7 @@ from chunkformer.evaluation import (
   plots,
   report,
   results_file,
+  seed_pooling,
   shards,
   study_claims,
   study_tables,
@@ -334,21 +335,57 @@ def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "")
                         began)
 
 
+def rejudge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Judges a finished sweep again: results.json, report.md and plots rewritten from the
+  records stored in ``DIR/results.json`` (and the correctness matrices) by today's verdict,
+  claim and report code, without training or evaluating anything. The original command, date
+  and wall time are kept; the report says when and by which command it was judged again.
+  """
+  began = time.time()
+  workdir_lib.require_directory(workdir)
+  sweep = sweep_config.resolve(config, workdir)
+  path = os.path.join(workdir, RESULTS_FILE)
+  if not os.path.exists(path):
+    raise ConfigError(f"--rejudge: {path} does not exist; run the sweep first")
+  stored = results_file.load(path)
+  by_name = {r.name: r for r in stored.variants}
+  missing = [v.name for v in sweep.variants if v.name not in by_name]
+  if missing:
+    raise ConfigError(f"--rejudge: {path} has no record of {', '.join(missing)} (variants of "
+                      "the sweep config); judge the sweep it was written by")
+  records = [dataclasses.replace(by_name[v.name], images={
+      k: os.path.join(workdir, x) for k, x in by_name[v.name].images.items()})
+      for v in sweep.variants]
+  return _write_outputs(sweep, workdir, records, stored.command, began, original=stored,
+                        rejudged_by=command)
+
+
 def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
-                   command: str, began: float) -> Outcome:
+                   command: str, began: float, *,
+                   original: results_file.SweepResults | None = None,
+                   rejudged_by: str = "") -> Outcome:
   s = sweep.settings
   plots_dir = os.path.join(workdir, PLOTS_DIR)
-  lines = verdicts.decide(records)
-  # C5/C6 read the correctness matrices and stored slot gains: recomputable from DIR alone.
+  # The claims read the correctness matrices (seed-pooled tests, C5) and the stored slot
+  # gains (C6): recomputable from DIR alone.
   load = study_claims.loader(workdir)
+  pooled = seed_pooling.pooled_records(records, load, seed=s.seed, num_resamples=s.num_resamples,
+                                       num_permutations=s.num_permutations)
+  lines = verdicts.decide(records, pooled)
   claims = study_claims.claims(records, load, seed=s.seed, num_resamples=s.num_resamples,
-                               num_permutations=s.num_permutations)
+                               num_permutations=s.num_permutations, pooled=pooled)
   reference = s.reference_chunk_size
   overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
       os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
       chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
   wall = time.time() - began
   date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+  intro_note = ""
+  if original is not None:  # judged again: the run's own command, date and wall time stand
+    intro_note = (f"\n\nJudged again on {date} by `{rejudged_by}` (verdicts, claims, tables "
+                  "and plots recomputed from the stored records and correctness matrices; "
+                  "no model retrained or re-evaluated).")
+    date, wall = original.date, original.wall_time_s
   results = results_file.SweepResults(
       sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
       settings=dataclasses.asdict(s), num_offsets=sweep.num_offsets, window_align=sweep.align,
@@ -360,8 +397,8 @@ def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[Varian
   results_path = results_file.write(os.path.join(workdir, RESULTS_FILE), results)
   report_path = os.path.join(workdir, REPORT_FILE)
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
-                              intro=_intro(sweep, command, date, wall), images=overview,
-                              directory=workdir, claims=claims)
+                              intro=_intro(sweep, command, date, wall) + intro_note,
+                              images=overview, directory=workdir, claims=claims)
   _write_atomic(report_path, text + _extra_sections(records, claims, load))
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
                  wall, claims)

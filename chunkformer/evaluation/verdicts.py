@@ -14,16 +14,18 @@ Claims (issue 5, DESIGN.md section 1), each checked only where the sweep has the
    50% far accuracy (the task not learned) the comparison is reported as inconclusive.
 A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
 phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, INCONCLUSIVE (a full
-model without a period but below the accuracy gate), CURE or NOT TESTED.
+model without a period but below the accuracy gate; "INCONCLUSIVE (no data)" for a claim the
+sweep has no variant for) or CURE.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chunkformer.evaluation import claims as claims_lib
+from chunkformer.evaluation import seed_pooling
 from chunkformer.evaluation.formatting import number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
 
@@ -245,12 +247,12 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
 
 
 def _untested(claim: str, line: str, reason: str) -> Judgment:
-  return Judgment(f"NOT TESTED: {line}", claim, None, (), {}, reason)
+  return Judgment(f"INCONCLUSIVE (no data): {line}", claim, None, (), {}, reason)
 
 
 def judge(records: Sequence[Record]) -> list[Judgment]:
   """Every judgment the sweep's variants allow, in verdict-line order; a claim they cannot
-  test gets one judgment without records (its line starts with NOT TESTED)."""
+  test gets one judgment without records (its line starts with "INCONCLUSIVE (no data)")."""
   plain = [r for r in records if is_plain_fixed(r)]
   out = [_period_claim(r) for r in plain]
   if not plain:
@@ -280,9 +282,14 @@ def judge(records: Sequence[Record]) -> list[Judgment]:
   return out
 
 
-def decide(records: Sequence[Record]) -> list[str]:
-  """Verdict lines for the claims the sweep's variants can test (module docstring)."""
-  return [j.line for j in judge(records)]
+def decide(records: Sequence[Record], pooled: Mapping[str, Record] | None = None) -> list[str]:
+  """Verdict lines for the claims the sweep's variants can test (module docstring), then
+  those of the seed-pooled records of variants with several seeds (``seed_pooling``)."""
+  lines = [j.line for j in judge(records)]
+  if pooled:
+    lines += [j.line for j in judge(list(pooled.values()))
+              if j.records and seed_pooling.POOLED_SUFFIX in j.records[0].name]
+  return lines
 
 
 def _slot_gain_claim(records: Sequence[Record]) -> claims_lib.Claim:
@@ -306,14 +313,16 @@ def _slot_gain_claim(records: Sequence[Record]) -> claims_lib.Claim:
                           numbers, f"0/{len(seeds)}")
 
 
-def claims(records: Sequence[Record], *,
-           agreement: claims_lib.Agreement = claims_lib.majority_of_seeds,
+def claims(records: Sequence[Record], *, pooled: Mapping[str, Record] | None = None,
            extra: dict[str, claims_lib.Claim] | None = None) -> list[claims_lib.Claim]:
   """One ``claims.Claim`` per claim C1-C9 from the judgments (``claims`` module docstring).
 
-  ``agreement`` is the seed rule, ``extra`` claims decided by other tests (replacing the
-  judgment-based claim with the same id); without one, C6 is INCONCLUSIVE with its numbers.
+  ``pooled`` are the variants' seed-pooled records (``seed_pooling.pooled_records``; without
+  them a variant with several seeds has no pooled test), ``extra`` claims decided by other
+  tests (replacing the judgment-based claim with the same id); without one, C6 is
+  INCONCLUSIVE with its numbers.
   """
   extra = dict(extra or {})
   extra.setdefault("C6", _slot_gain_claim(records))
-  return claims_lib.build(judge(records), agreement=agreement, extra=extra)
+  pooled_judgments = judge(list(pooled.values())) if pooled else None
+  return claims_lib.build(judge(records), pooled=pooled_judgments, extra=extra)

@@ -91,7 +91,7 @@ significant period of the accuracy curve (family-wise over all candidate periods
     ("code", """display(Markdown(notebook.phase_table(records)))
 display(Markdown(report.comparison_table(records)))
 for line in verdicts.decide(records):
-  if not line.startswith("NOT TESTED"):  # claims that need variants this notebook skips
+  if not line.startswith("INCONCLUSIVE (no data)"):  # claims needing variants it skips
     print("-", line)"""),
     ("markdown", """## Next
 

@@ -1,0 +1,81 @@
+"""Seed-pooled records: a variant's seeds stacked as haystacks and analysed as one model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from chunkformer.evaluation import correctness, seed_agreement, seed_pooling, stats
+from chunkformer.evaluation.records import DepthAnalysis
+from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+
+KW = dict(seed=0, num_resamples=50, num_permutations=50)
+OFFSETS = np.arange(100, 112)
+
+
+def _matrix(rng, blind_phase):
+  """4 haystacks x 12 offsets, every answer right except at one phase (mod 4)."""
+  correct = (rng.random((4, 12)) < 0.9).astype(float)
+  correct[:, OFFSETS % 4 == blind_phase] = 0.0
+  return correct
+
+
+def _run(seed, far, near, *, variant="m4"):
+  analysis = stats.analyze(far, OFFSETS, [4], **KW)
+  depths = tuple(DepthAnalysis(stats.analyze(m, OFFSETS, [4], **KW).nested(), depth=d,
+                               depth_name=n, mean_distance=0.0, token_accuracy=0.0,
+                               compression_ratio=None)
+                 for m, d, n in ((far, 0.0, "far"), (near, 1.0, "near")))
+  setup = VariantSetup(variant, "fixed", "fixed", chunk_size=4, seed=seed,
+                       name=f"{variant}_seed{seed}")
+  return VariantRecord(setup, analysis, "needle", 10, compression_ratio=4.0,
+                       primary_depth="far", depths=depths, near_accuracy=float(near.mean()),
+                       heldout={"loss": 1.0})
+
+
+def _runs_and_loader(num_seeds, *, offsets_of=None):
+  rng = np.random.default_rng(0)
+  runs, stored = [], {}
+  for k in range(num_seeds):
+    far, near = _matrix(rng, blind_phase=3), _matrix(rng, blind_phase=0)
+    runs.append(_run(k, far, near))
+    offsets = OFFSETS if offsets_of is None else offsets_of(k)
+    stored[runs[-1].name] = {"needle_far": correctness.Matrix(far, offsets),
+                             "needle_near": correctness.Matrix(near, offsets)}
+  return runs, stored.get
+
+
+def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
+  runs, load = _runs_and_loader(3)
+  pooled = seed_pooling.pool(runs, load, **KW)
+  far = np.concatenate([load(r.name)["needle_far"].correct_YxJ for r in runs])
+  near = np.concatenate([load(r.name)["needle_near"].correct_YxJ for r in runs])
+  assert pooled.analysis == stats.analyze(far, OFFSETS, [4], **KW)
+  assert pooled.analysis.num_haystacks == 12
+  assert pooled.analysis.phase.weakest_phase == 3
+  assert pooled.all_depths == stats.analyze(np.concatenate([
+      np.concatenate([load(r.name)[n].correct_YxJ for n in ("needle_far", "needle_near")])
+      for r in runs]), OFFSETS, [4], **KW).nested()
+  assert pooled.near_accuracy == pytest.approx(near.mean())
+  assert pooled.name == "m4 (3 seeds pooled)" and pooled.setup.variant == "m4"
+  # Nothing of one seed alone stays in the pooled record.
+  assert pooled.heldout is None and pooled.depths is None
+  # The pooled rows are seed_agreement.pool_seeds of the seeds' matrices.
+  np.testing.assert_array_equal(seed_agreement.pool_seeds(
+      [load(r.name)["needle_far"].correct_YxJ for r in runs]), far)
+
+
+def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():
+  runs, load = _runs_and_loader(3)
+  single = [dataclasses.replace(runs[0], setup=dataclasses.replace(runs[0].setup,
+                                                                    variant="alone"))]
+  out = seed_pooling.pooled_records(runs + single, load, **KW)
+  assert out["alone"] is single[0]
+  assert out["m4"].name == "m4 (3 seeds pooled)"
+  assert "m4" not in seed_pooling.pooled_records(runs, None, **KW)  # no matrices at all
+  assert seed_pooling.pool(runs, lambda name: None if name.endswith("2") else load(name),
+                           **KW) is None  # one seed without matrices
+  shifted, load_shifted = _runs_and_loader(2, offsets_of=lambda k: OFFSETS + k)
+  assert seed_pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
