@@ -106,11 +106,12 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert "in absolute position" in by_id["C8"].statement
     assert "inside its own chunk" in by_id["C8"].reason
   # The sweep's claims (C5/C6 judged where matrices and init slot gains exist) keep these
-  # verdicts: the committed sweeps have neither M=2/M=4 matrices nor init gains.
+  # verdicts except C6 (the demo stores init gains: its slot-gain null decides C6).
   judged = study_claims.claims(results_file.load(_path(sweep)).variants,
                                study_claims.loader(os.path.join(RESULTS, sweep)),
                                num_resamples=50, num_permutations=50)
-  assert [c.verdict for c in judged] == [c.verdict for c in claims]
+  assert [c.verdict for c in judged if c.id != "C6"] == [c.verdict for c in claims
+                                                         if c.id != "C6"]
   assert [c.reason for c in judged if c.id != "C6"] == [c.reason for c in claims if c.id != "C6"]
 
 

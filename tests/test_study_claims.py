@@ -140,11 +140,13 @@ def test_c6_late_preference_beats_init_and_permutation_in_every_seed():
   assert "| fixed_m4 | block_0/attn/compressor | shift |" in text and "3/3" in text
 
 
-def test_c6_without_init_gains_is_inconclusive_and_one_seed_cannot_agree():
+def test_c6_without_init_gains_is_inconclusive_and_one_seed_is_its_own_pooled_test():
   claim = study_claims.c6_claim(_slot_records(with_init=False), num_permutations=100)
   assert claim.verdict == "INCONCLUSIVE" and "initialised model" in claim.reason
   claim = study_claims.c6_claim(_slot_records(seeds=1), num_permutations=100)
-  assert claim.verdict == "INCONCLUSIVE" and "only 1 seed" in claim.reason
+  assert (claim.verdict, claim.seeds_agreeing) == ("REPRODUCED", "1/1")
+  site = claim.numbers["fixed_m4"]["sites"]["block_0/attn/compressor"]
+  assert site["shift"]["seeds_agreeing"] == "1/1"
   assert study_claims.c6_claim([_record("m4", 0, 4, np.ones((Y, 16)))]) is None
 
 

@@ -13,14 +13,16 @@ paired with seed n of M = 4; the sweep asks every unit the same haystacks), give
 the interval lies below 0, NOT REPRODUCED if above, else INCONCLUSIVE with the interval.
 Multi-token needles decide the claim when the sweep has them (only there a split can be
 partial); with 1-token keys and values every split is total at every M, so the gap cannot
-shrink with M. Several needle lengths that disagree: INCONCLUSIVE.
+shrink with M. Several needle lengths: their common verdict where the decided ones agree, else
+INCONCLUSIVE.
 
 C6 (heads prefer early or late phases): per plain fixed variant, each compressor site's
 realised pooling weights over its seeds against the same statistic at initialisation and
 under permutation of slots (``slot_null.slot_gain_null``), shift and spread judged by
-``seed_agreement`` at alpha / (2 x sites) (Bonferroni over the variant's tests). A variant
-holds when one of its sites does, fails when every site fails both; variants that disagree:
-INCONCLUSIVE.
+``seed_agreement`` (min(2, n) of n seeds and the pooled test) at alpha / (2 x sites)
+(Bonferroni over the variant's tests). A variant holds when one of its sites does, fails when
+every site fails both; over the variants, the common verdict of the decided ones (undecided
+ones named), INCONCLUSIVE when they disagree.
 """
 
 from __future__ import annotations
@@ -53,10 +55,14 @@ def loader(workdir: str) -> Loader:
 
 
 def _combine(verdicts_: Sequence[str], what: str) -> tuple[str, str]:
-  if not verdicts_:
+  """The common verdict of the decided ones (as ``claims.build`` over variants)."""
+  decided = sorted({v for v in verdicts_ if v != INCONCLUSIVE})
+  undecided = len(verdicts_) - sum(v != INCONCLUSIVE for v in verdicts_)
+  if len(decided) == 1:
+    return decided[0], (f"{undecided} of the {len(verdicts_)} {what} undecided" if undecided
+                        else "")
+  if not decided:
     return INCONCLUSIVE, f"no {what} decides it"
-  if len(set(verdicts_)) == 1:
-    return verdicts_[0], ""
   return INCONCLUSIVE, f"the {what} disagree ({', '.join(verdicts_)})"
 
 
@@ -195,7 +201,7 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
       has_init = init is not None and site in init and init[site].shape == weights.shape
       null = slot_null.slot_gain_null(weights, init[site] if has_init else None,
                                       num_permutations=num_permutations, alpha=alpha,
-                                      seed=seed)
+                                      seed=seed, min_agree=min(2, len(runs)))
       sites[site] = _site_numbers(null, has_init)
     found = [s["verdict"] for s in sites.values()]
     if init is None:

@@ -167,7 +167,8 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
   out = []
   by_group: dict[tuple[int, int, int], dict[int, Record]] = {}
   for r in plain:
-    by_group.setdefault((*_lengths(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
+    if r.setup.task == "kv":  # C5 asks about needle retrieval
+      by_group.setdefault((*_lengths(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
   for _, by_m in sorted(by_group.items()):
     if 2 in by_m and 4 in by_m:
       a, b = by_m[2], by_m[4]
@@ -191,7 +192,8 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
 
 def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
   """The plain fixed model at the cure's M with its needles (same seed when there is one)."""
-  same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)]
+  same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)
+          and b.setup.task == r.setup.task]
   return next((b for b in same if b.setup.seed == r.setup.seed), same[0] if same else None)
 
 

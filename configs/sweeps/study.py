@@ -29,7 +29,8 @@ The training order interleaves seeds (seed 0 of the claims' variants first), so 
 has the most useful units; rerunning the command resumes.
 """
 
-from configs.sweeps import seeded_units, sweep_config, variant
+from chunkformer.config import DataConfig, ModelConfig
+from configs.sweeps import code_lm, seeded_units, sweep_config, variant
 
 STEPS = 1500  # the matched budget (module docstring)
 SHARED = {
@@ -68,6 +69,12 @@ def _dynamic(**extra):
                                            **extra})
 
 
+# The code LM's own settings (code_lm.SHARED) over the fields SHARED sets for the kv models,
+# so the code unit's resolved config is code_lm.py's fixed_m4_seed0 exactly.
+_CODE = {**code_lm.SHARED, "model.rope_fraction": ModelConfig.rope_fraction,
+         **{f"data.{k}": getattr(DataConfig, k) for k in ("num_pairs", "num_queries",
+                                                          "num_symbols")}}
+
 # variant -> (its definition, number of seeds)
 VARIANTS = {
     "full": (variant("configs/kv_full.py", NO_SHIFT), 3),
@@ -84,6 +91,8 @@ VARIANTS = {
     "fixed_m2_kv2": (_fixed(2, **KV2), 1),
     "fixed_m4_kv2": (_fixed(4, **KV2), 1),
     "fixed_m8_kv2": (_fixed(8, **KV2), 1),
+    # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
+    "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
 
 
