@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import correctness, seed_agreement, seed_pooling, stats
+from chunkformer.evaluation import correctness, seed_agreement, seed_pooling, stats, study_tables
 from chunkformer.evaluation.records import DepthAnalysis
 from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 
@@ -79,3 +79,18 @@ def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():
                            **KW) is None  # one seed without matrices
   shifted, load_shifted = _runs_and_loader(2, offsets_of=lambda k: OFFSETS + k)
   assert seed_pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
+
+
+def test_seed_table_shows_each_seed_the_t_interval_and_the_pooled_interval():
+  runs, load = _runs_and_loader(3)
+  pooled = seed_pooling.pooled_records(runs, load, **KW)
+  text = "\n".join(study_tables.seed_table(runs, pooled))
+  row = next(line for line in text.splitlines() if line.startswith("| m4 |"))
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  far = [r.far_accuracy for r in runs]
+  assert cells[1] == "3" and cells[2] == " / ".join(f"{x:.3f}" for x in far)
+  t = seed_agreement.seed_interval(far)
+  assert cells[3] == f"{t.mean:.3f} [{t.low:.3f}, {t.high:.3f}]"
+  a = pooled["m4"].analysis.mean_accuracy
+  assert cells[4] == f"{a.value:.3f} [{a.low:.3f}, {a.high:.3f}]"
+  assert study_tables.seed_table(runs[:1], None) == []  # one seed: no table

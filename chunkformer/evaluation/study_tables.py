@@ -12,18 +12,21 @@
   chunk, with how often each phase occurs (from the stored phases; '-' without them).
 - ``shift_map`` (C9): gap / mean accuracy over key shift width x needle length for fixed
   M = 4 models and the router on the same needles, '-' where no record exists.
+- ``seed_table``: per variant with several seeds, far accuracy and max gap per seed, their
+  mean with a Student-t interval across seeds, and the seed-pooled record's bootstrap interval
+  (haystacks of every seed) and period-test p-value (``seed_pooling``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation import split_labels, verdicts
+from chunkformer.evaluation import seed_agreement, seed_pooling, split_labels, verdicts
 from chunkformer.evaluation.claims import Claim
-from chunkformer.evaluation.formatting import MISSING, number
+from chunkformer.evaluation.formatting import MISSING, number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
 
 SHIFT_WIDTHS = (0, 2, 3, 4)
@@ -204,10 +207,49 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
   return lines
 
 
+def _across_seeds(values: Sequence[float | None]) -> str:
+  known = [v for v in values if v is not None]
+  if len(known) < 2:
+    return MISSING
+  est = seed_agreement.seed_interval(known)
+  return f"{number(est.mean)} [{number(est.low)}, {number(est.high)}]"
+
+
+def seed_table(records: Sequence[VariantRecord],
+               pooled: Mapping[str, VariantRecord] | None) -> list[str]:
+  groups = {v: runs for v, runs in seed_pooling.by_variant(records).items() if len(runs) > 1}
+  if not groups:
+    return []
+  lines = ["", "## Seeds: per seed, across seeds (Student t) and seed-pooled (bootstrap)", "",
+           "Far depth (the primary probe). Pooled: every seed's haystacks analysed as one "
+           "model; its p is the period test at M; '-' = no pooled record (matrices missing).",
+           "", "| variant | seeds | far accuracy per seed | mean [95% t] | pooled [95% "
+           "bootstrap] | max gap per seed | mean [95% t] | pooled gap [95% bootstrap] | "
+           "pooled p |", "|:--|--:|:--|:--|:--|:--|:--|:--|--:|"]
+  for variant, runs in groups.items():
+    far = [r.far_accuracy for r in runs]
+    gap = [r.analysis.phase.gap.value for r in runs]
+    p = (pooled or {}).get(variant)
+    if p is not None and p.name == runs[0].name:
+      p = None  # not a pooled record
+    pooled_far = MISSING if p is None else _interval(p.analysis.mean_accuracy)
+    pooled_gap = MISSING if p is None else _interval(p.analysis.phase.gap)
+    lines.append(f"| {variant} | {len(runs)} | {' / '.join(number(x) for x in far)} | "
+                 f"{_across_seeds(far)} | {pooled_far} | "
+                 f"{' / '.join(number(x) for x in gap)} | {_across_seeds(gap)} | {pooled_gap} "
+                 f"| {MISSING if p is None else p_value(p.analysis.p_value)} |")
+  return lines
+
+
+def _interval(x) -> str:
+  return f"{number(x.value)} [{number(x.low)}, {number(x.high)}]"
+
+
 def sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),
-             load=None) -> str:
+             load=None, pooled: Mapping[str, VariantRecord] | None = None) -> str:
   """Every table above, as one markdown block (empty when none applies)."""
   by_id = {c.id: c for c in claims}
-  lines = (split_label_tables(records, by_id.get("C5")) + slot_null_table(by_id.get("C6"))
-           + chunk_phase_table(records, load) + shift_map(records))
+  lines = (seed_table(records, pooled) + split_label_tables(records, by_id.get("C5"))
+           + slot_null_table(by_id.get("C6")) + chunk_phase_table(records, load)
+           + shift_map(records))
   return "\n".join(lines) + ("\n" if lines else "")

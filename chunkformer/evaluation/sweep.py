@@ -171,7 +171,8 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
 
 
 def _extra_sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),
-                    load: study_claims.Loader | None = None) -> str:
+                    load: study_claims.Loader | None = None,
+                    pooled: Mapping[str, VariantRecord] | None = None) -> str:
   lines = []
   if any(r.depths for r in records):
     lines += ["", "## Needle sweep by depth", "",
@@ -207,7 +208,7 @@ def _extra_sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = 
               "-" if v is None else f"{v:.2f}" for v in values)
         lines.append(f"| {r.name} | {site.layer} | {site.stream} | {site.slots} | "
                      f"{fmt(site.preferred_phase)} | {fmt(site.bias_preferred_phase)} |")
-  return "\n".join(lines) + "\n" + study_tables.sections(records, claims, load)
+  return "\n".join(lines) + "\n" + study_tables.sections(records, claims, load, pooled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,7 +400,7 @@ def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[Varian
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall) + intro_note,
                               images=overview, directory=workdir, claims=claims)
-  _write_atomic(report_path, text + _extra_sections(records, claims, load))
+  _write_atomic(report_path, text + _extra_sections(records, claims, load, pooled))
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
                  wall, claims)
 
