@@ -127,3 +127,22 @@ def test_seeded_units_carry_their_variant_and_seed_through_the_record_json():
   assert (data["name"], data["variant"], data["seed"]) == ("fixed_m4_seed2", "fixed_m4", 2)
   assert VariantRecord.from_json(data) == record
   assert record.name == "fixed_m4_seed2"
+
+
+def test_accuracy_gates_read_the_held_out_far_accuracy_where_recorded():
+  full = _record("full", 0, attention="full", m=None, p=0.6, period=None, gap=0.02, far=0.90)
+  passes = dataclasses.replace(full, heldout={"far_accuracy": 0.97})
+  misses = dataclasses.replace(_record("full", 0, attention="full", m=None, p=0.6, period=None,
+                                       gap=0.02, far=0.99), heldout={"far_accuracy": 0.80})
+  assert verdicts.claims([full])[1].verdict == "INCONCLUSIVE"  # no held-out: the sweep's 0.90
+  assert verdicts.claims([passes])[1].verdict == "REPRODUCED"
+  c2 = verdicts.claims([misses])[1]
+  assert c2.verdict == "INCONCLUSIVE"
+  assert "held-out far accuracy 0.800 is below the 0.95 gate" in c2.reason
+  assert c2.numbers["full"]["gate_accuracy"] == 0.80
+  # The 50% "task learned" gate of a fixed model too.
+  unlearned = dataclasses.replace(_record("m4", 0, far=0.9), heldout={"far_accuracy": 0.2})
+  assert verdicts.claims([unlearned])[0].numbers["m4"]["holds"] is True  # period shown anyway
+  flat = dataclasses.replace(_record("m4", 0, far=0.9, p=0.4, period=None),
+                             heldout={"far_accuracy": 0.2})
+  assert verdicts.claims([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned

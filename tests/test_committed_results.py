@@ -18,6 +18,7 @@ from chunkformer.evaluation import (
     correctness,
     report,
     results_file,
+    seed_pooling,
     stats,
     study_claims,
     verdicts,
@@ -36,7 +37,11 @@ def _path(sweep: str) -> str:
 def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep):
   results = results_file.load(_path(sweep))
   assert results.verdicts and results.variants
-  assert tuple(verdicts.decide(results.variants)) == results.verdicts
+  s = results.settings
+  pooled = seed_pooling.pooled_records(
+      results.variants, study_claims.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
+      num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
+  assert tuple(verdicts.decide(results.variants, pooled)) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
     assert report.comparison_table(results.variants) in f.read()
 

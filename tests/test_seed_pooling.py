@@ -60,8 +60,9 @@ def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
       for r in runs]), OFFSETS, [4], **KW).nested()
   assert pooled.near_accuracy == pytest.approx(near.mean())
   assert pooled.name == "m4 (3 seeds pooled)" and pooled.setup.variant == "m4"
-  # Nothing of one seed alone stays in the pooled record.
-  assert pooled.heldout is None and pooled.depths is None
+  # Nothing of one seed alone stays in the pooled record; held-out metrics are the seeds' mean.
+  assert pooled.depths is None and pooled.slot_gain is None
+  assert pooled.heldout == {"loss": 1.0}
   # The pooled rows are seed_agreement.pool_seeds of the seeds' matrices.
   np.testing.assert_array_equal(seed_agreement.pool_seeds(
       [load(r.name)["needle_far"].correct_YxJ for r in runs]), far)

@@ -12,8 +12,9 @@ from results.json gives the same pooled record.
 several seeds with matrices, the record itself when it has one seed (its own test is the
 pooled test), and none when several seeds lack matrices (no pooled test can be made). The
 pooled record keeps the first seed's setup with the unit name ``<variant> (N seeds pooled)``;
-fields that are not recomputed from matrices (slot gains, held-out metrics, split labels) are
-dropped so nothing in it mixes one seed's value with the pooled statistics.
+its held-out metrics are the seeds' mean (what the accuracy gates read); other fields that are
+not recomputed from matrices (slot gains, split labels, per-depth analyses) are dropped so
+nothing in it mixes one seed's value with the pooled statistics.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
   kw = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   pooled = pool_seeds([m.correct_YxJ for m in primary])
   fields: dict = dict(analysis=stats.analyze(pooled, offsets, sizes, **kw), slot_gain=None,
-                      slot_gain_init=None, split_labels=None, heldout=None, images={},
+                      slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
+                      images={},
                       token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
                       lm_phase_loss=None)
   if first.primary_probe == "needle":
@@ -88,6 +90,15 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
       fields["chunk_phase"] = stats.analyze(pooled, offsets, sizes, phases=phases, **kw).phase
   setup = dataclasses.replace(first.setup, name=pooled_name(first.setup.variant, len(runs)))
   return dataclasses.replace(first, setup=setup, **fields)
+
+
+def _mean_heldout(runs: Sequence[VariantRecord]) -> dict[str, float] | None:
+  """The seeds' held-out metrics averaged (the accuracy gates read them); None unless every
+  seed has them."""
+  if any(not r.heldout for r in runs):
+    return None
+  keys = set.intersection(*(set(r.heldout) for r in runs))
+  return {k: float(np.mean([r.heldout[k] for r in runs])) for k in sorted(keys)}
 
 
 def _depth(record: VariantRecord, matrix_name: str) -> float:

@@ -13,7 +13,9 @@ Claims (issue 5, DESIGN.md section 1), each checked only where the sweep has the
    periodic if p < 0.01 at the far depth or with all depths pooled. Against a baseline below
    50% far accuracy (the task not learned) the comparison is reported as inconclusive.
 A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
-phase, no key shift. Verdict lines start with REPRODUCED, NOT REPRODUCED, INCONCLUSIVE (a full
+phase, no key shift. The accuracy gates (95% for full attention, 50% for "the task was learned")
+read the held-out far accuracy of the training run where recorded (``gate_accuracy``).
+Verdict lines start with REPRODUCED, NOT REPRODUCED, INCONCLUSIVE (a full
 model without a period but below the accuracy gate; "INCONCLUSIVE (no data)" for a claim the
 sweep has no variant for) or CURE.
 """
@@ -101,12 +103,22 @@ def _core_numbers(r: Record) -> dict[str, Any]:
   return {"variant": r.name, "seed": r.setup.seed, "chunk_size": a.chunk_size,
           "detected_period": a.detected_period, "p_value": a.p_value, "max_gap": a.max_gap,
           "max_gap_low": a.phase.gap.low, "max_gap_high": a.phase.gap.high,
-          "far_accuracy": _far(r)}
+          "far_accuracy": _far(r), "gate_accuracy": gate_accuracy(r)[0]}
+
+
+def gate_accuracy(r: Record) -> tuple[float | None, str]:
+  """The accuracy the gates read, and its name: the training run's held-out far accuracy
+  (rows as in training, issue 15) where recorded for a kv model, else the sweep's far
+  accuracy (its probe rows differ from training rows only in the moved needle)."""
+  held = (r.heldout or {}).get("far_accuracy") if r.setup.task == "kv" else None
+  if held is not None:
+    return float(held), "held-out far accuracy"
+  return _far(r), "far accuracy"
 
 
 def _learned(r: Record) -> bool:
-  far = _far(r)
-  return far is not None and far >= LEARNED_ACCURACY
+  gate, _ = gate_accuracy(r)
+  return gate is not None and gate >= LEARNED_ACCURACY
 
 
 def _period_claim(r: Record) -> Judgment:
@@ -114,9 +126,9 @@ def _period_claim(r: Record) -> Judgment:
   m, period, p = r.chunk_size, a.detected_period, a.p_value
   ok = period == m and p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
-  far = _far(r)
-  caution = ("" if far is None or far >= LEARNED_ACCURACY else
-             f"; caution: far accuracy {number(far)} < {LEARNED_ACCURACY}, the task is barely "
+  gate, gate_name = gate_accuracy(r)
+  caution = ("" if gate is None or gate >= LEARNED_ACCURACY else
+             f"; caution: {gate_name} {number(gate)} < {LEARNED_ACCURACY}, the task is barely "
              "learned")
   line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
           f"{_period(period)}, p = {p_value(p)} at M (need period {m} and "
@@ -131,17 +143,19 @@ def _period_claim(r: Record) -> Judgment:
 def _full_claim(r: Record) -> Judgment:
   a = r.analysis
   p, period, far = a.p_value, a.detected_period, _far(r)
-  ok = (p is not None and p > NULL_ALPHA and period is None and far is not None
-        and far >= FULL_ACCURACY)
+  gate, gate_name = gate_accuracy(r)
+  ok = (p is not None and p > NULL_ALPHA and period is None and gate is not None
+        and gate >= FULL_ACCURACY)
   periodic = p is None or p <= NULL_ALPHA or period is not None
   holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
   head = "REPRODUCED" if ok else ("INCONCLUSIVE" if holds is None else "NOT REPRODUCED")
   line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {p_value(p)} at "
           f"M={a.chunk_size}, "
-          f"detected period {_period(period)}, far accuracy "
-          f"{number(far)} (need p > {NULL_ALPHA}, no period, far accuracy >= {FULL_ACCURACY})")
+          f"detected period {_period(period)}, far accuracy {number(far)}"
+          + (f", {gate_name} {number(gate)}" if gate_name != "far accuracy" else "")
+          + f" (need p > {NULL_ALPHA}, no period, {gate_name} >= {FULL_ACCURACY})")
   reason = "" if holds is not None else (
-      f"no period, but far accuracy {number(far)} is below the {FULL_ACCURACY} gate")
+      f"no period, but {gate_name} {number(gate)} is below the {FULL_ACCURACY} gate")
   return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
 
 
@@ -220,11 +234,12 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
                     f"no plain fixed M={m} baseline with these needles")
   numbers["baseline"] = _core_numbers(base)
   b_gap, b_far = base.analysis.max_gap, _far(base)
+  b_gate, b_gate_name = gate_accuracy(base)
   holds = None
-  if None in (gap, far, b_gap, b_far):
+  if None in (gap, far, b_gap, b_far, b_gate):
     verdict = "incomplete numbers"
-  elif b_far < LEARNED_ACCURACY:
-    verdict = (f"inconclusive: the baseline's far accuracy is below {LEARNED_ACCURACY} (the task "
+  elif b_gate < LEARNED_ACCURACY:
+    verdict = (f"inconclusive: the baseline's {b_gate_name} is below {LEARNED_ACCURACY} (the task "
                "was not learned), so its gap says nothing about a blind spot")
   else:
     smaller, better = gap < b_gap, far >= b_far
