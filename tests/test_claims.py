@@ -81,7 +81,7 @@ def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None)]
   c1 = verdicts.claims(records)[0]  # one seed each: each variant is its own pooled test
   assert c1.verdict == "INCONCLUSIVE"
-  assert "variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
+  assert "the variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
   # An undecided variant (task not learned) does not block the others' common verdict.
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None, far=0.1)]
   c1 = verdicts.claims(records)[0]

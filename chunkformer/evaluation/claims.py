@@ -94,6 +94,22 @@ def _fold(judgments: Sequence[Any]) -> bool | None:
   return False if False in found else True if True in found else None
 
 
+def common_verdict(verdicts: Mapping[str, str], what: str) -> tuple[str, str]:
+  """One verdict over several parts (variants, needle lengths): the common verdict of the
+  parts that decide it (the undecided ones noted), INCONCLUSIVE when they disagree or none
+  decides. Returns (verdict, note); the note is empty when every part agrees."""
+  decided = {name: v for name, v in verdicts.items() if v != INCONCLUSIVE}
+  found = sorted(set(decided.values()))
+  if len(found) == 1:
+    undecided = len(verdicts) - len(decided)
+    return found[0], (f"{undecided} of the {len(verdicts)} {what} undecided" if undecided
+                      else "")
+  if not found:
+    return INCONCLUSIVE, f"no {what} decides it"
+  return INCONCLUSIVE, f"the {what} disagree (" + ", ".join(
+      f"{name}: {v}" for name, v in sorted(decided.items())) + ")"
+
+
 def _variant(judgment) -> str:
   return judgment.records[0].setup.variant
 
@@ -157,16 +173,9 @@ def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
       elif not theirs and variant not in pooled_variants:
         theirs = None  # several seeds without a pooled record: no pooled test exists
       rules[variant] = _variant_rule(js, theirs)
-    decided = {v: r for v, r in rules.items() if r.verdict != INCONCLUSIVE}
-    found = sorted({r.verdict for r in decided.values()})
-    if len(found) == 1:
-      verdict, note = found[0], ""
-    elif found:
-      verdict, note = INCONCLUSIVE, "variants disagree (" + ", ".join(
-          f"{v}: {r.verdict}" for v, r in sorted(decided.items())) + ")"
-    else:
-      verdict, note = INCONCLUSIVE, "no variant decides it"
-    counted = decided.values() if len(found) == 1 else rules.values()
+    verdict, note = common_verdict({v: r.verdict for v, r in rules.items()}, "variants")
+    counted = ([r for r in rules.values() if r.verdict == verdict]
+               if verdict != INCONCLUSIVE else rules.values())
     agree = sum(int(r.agreeing.split("/")[0]) for r in counted)
     agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
     used: set[str] = set()

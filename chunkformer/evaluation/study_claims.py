@@ -54,18 +54,6 @@ def loader(workdir: str) -> Loader:
   return load
 
 
-def _combine(verdicts_: Sequence[str], what: str) -> tuple[str, str]:
-  """The common verdict of the decided ones (as ``claims.build`` over variants)."""
-  decided = sorted({v for v in verdicts_ if v != INCONCLUSIVE})
-  undecided = len(verdicts_) - sum(v != INCONCLUSIVE for v in verdicts_)
-  if len(decided) == 1:
-    return decided[0], (f"{undecided} of the {len(verdicts_)} {what} undecided" if undecided
-                        else "")
-  if not decided:
-    return INCONCLUSIVE, f"no {what} decides it"
-  return INCONCLUSIVE, f"the {what} disagree ({', '.join(verdicts_)})"
-
-
 def _far_matrix(record: VariantRecord, load: Loader) -> correctness.Matrix | None:
   matrices = load(record.name)
   if not matrices or record.primary_depth is None:
@@ -127,7 +115,8 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
     return None
   multi = {k: g for k, g in numbers.items() if g["key_len"] + g["value_len"] > 2}
   deciding = multi or numbers
-  verdict, note = _combine([g["verdict"] for g in deciding.values()], "needle lengths")
+  verdict, note = claims_lib.common_verdict({k: g["verdict"] for k, g in deciding.items()},
+                                            "needle lengths")
   differences = [d for g in deciding.values() for d in g["per_seed_difference"]]
   agree = (sum(d > 0 for d in differences) if verdict == NOT_REPRODUCED
            else sum(d < 0 for d in differences))
@@ -188,7 +177,7 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
   for r in records:
     if verdicts.is_plain_fixed(r) and r.slot_gain:
       by_variant.setdefault(r.setup.variant, []).append(r)
-  numbers, variant_verdicts, agreeing, reasons = {}, [], (0, 0), []
+  numbers, variant_verdicts, agreeing, reasons = {}, {}, (0, 0), []
   for variant, runs in sorted(by_variant.items()):
     runs = sorted(runs, key=lambda r: r.setup.seed)
     trained = _site_weights(runs, "slot_gain")
@@ -228,13 +217,13 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
     numbers[variant] = {"verdict": verdict, "seeds": [r.setup.seed for r in runs],
                         "units": [r.name for r in runs], "alpha_per_test": alpha,
                         "sites_holding": sum(v == REPRODUCED for v in found), "sites": sites}
-    variant_verdicts.append(verdict)
+    variant_verdicts[variant] = verdict
     reasons.append(f"{variant}: {verdict} ({sum(v == REPRODUCED for v in found)}/{len(found)} "
                    f"sites show a learned slot preference at alpha {alpha:.3g}, {seeds} "
                    "seed(s))")
   if not numbers:
     return None
-  verdict, note = _combine(variant_verdicts, "variants")
+  verdict, note = claims_lib.common_verdict(variant_verdicts, "variants")
   reason = "; ".join(x for x in [note, *reasons] if x)
   return Claim("C6", claims_lib.STATEMENTS["C6"], verdict, reason, numbers,
                f"{agreeing[0]}/{agreeing[1]}")
