@@ -97,7 +97,8 @@ for line in verdicts.decide(records):
 
 - `./run.sh demo` adds the cure (content-defined chunk boundaries) and writes a full report;
   `python eval.py --config configs/sweeps/study.py --workdir runs/study` runs the whole study
-  (M = 2..12, RoPE off, mean pooling, overlap, staggered phases, dynamic chunks).
+  (3 seeds of full / fixed M = 4 / router, 2 of M = 2, 8, delimiter and key shift; RoPE off,
+  mean pooling; 2-token needles at M = 2, 4, 8; a byte-level code LM for the '=' probe).
 - `anatomy_of_a_weak_spot.ipynb` opens the fixed model up: slot gains, per-head phase
   preference and where the question's attention goes at a strong and at a weak phase.
 - `kernels_tour.ipynb` shows the packed layout that dynamic chunks need and checks the
