@@ -98,16 +98,23 @@ def test_unlearned_model_leaves_the_claim_undecided_and_extra_claims_replace_it(
     claims.Claim("C1", "s", "NOT TESTED", "r", {}, "0/0")
 
 
-def test_code_model_record_without_needle_sweep_round_trips_through_json():
+@pytest.mark.parametrize("task", ["code", "corpus"])  # synthetic code, or a code corpus LM
+def test_code_model_record_without_needle_sweep_round_trips_through_json(task):
   prefix = PrefixAnalysis(BASE.nested(), tuple(0.5 for _ in BASE.offsets),
                           code_accuracy_by_prefix=tuple(0.9 for _ in BASE.offsets))
-  record = dataclasses.replace(_record("code_m4", 1, task="code"), primary_probe="prefix",
+  record = dataclasses.replace(_record("code_m4", 1, task=task), primary_probe="prefix",
                                analysis=BASE, prefix_probe=prefix, heldout={"loss": 1.5},
                                images={"a": "plots/a.png"})
   data = json.loads(json.dumps(record.to_json()))
   assert "depths" not in data and data["primary_probe"] == "prefix"
   assert VariantRecord.from_json(data) == record
-  assert verdicts.claims([record])[6].numbers["code_m4"]["holds"] is False  # C7: no period
+  by_id = {c.id: c for c in verdicts.claims([record])}
+  assert by_id["C7"].numbers["code_m4"]["holds"] is False  # C7: no period
+  assert by_id["C1"].verdict == "INCONCLUSIVE" and not by_id["C1"].numbers  # not a C1 model
+  unlearned = dataclasses.replace(record, analysis=dataclasses.replace(
+      BASE, detected_period=None, mean_accuracy=Interval(0.0, None, None)))
+  c7 = {c.id: c for c in verdicts.claims([unlearned])}["C7"]
+  assert c7.verdict == "INCONCLUSIVE" and "not learned" in c7.reason
 
 
 def test_seeded_units_carry_their_variant_and_seed_through_the_record_json():

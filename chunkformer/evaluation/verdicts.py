@@ -64,8 +64,14 @@ def _lengths(r: Record) -> tuple[int, int]:
   return r.setup.key_len, r.setup.value_len
 
 
+def is_code_model(r: Record) -> bool:
+  """A language model scored by the '=' prefix probe (synthetic code task, or a corpus LM
+  with planted code needles): its period claim is C7, not C1."""
+  return r.setup.task != "kv" and r.primary_probe == "prefix"
+
+
 def _needle(r: Record) -> str:
-  if r.setup.task == "code":
+  if is_code_model(r):
     return "code needles, prefix probe"
   key, value = _lengths(r)
   return f"key {key}/value {value} token{'s' if max(key, value) > 1 else ''}"
@@ -110,6 +116,8 @@ def gate_accuracy(r: Record) -> tuple[float | None, str]:
   """The accuracy the gates read, and its name: the training run's held-out far accuracy
   (rows as in training, issue 15) where recorded for a kv model, else the sweep's far
   accuracy (its probe rows differ from training rows only in the moved needle)."""
+  if is_code_model(r):
+    return _far(r), "prefix-probe needle accuracy"
   held = (r.heldout or {}).get("far_accuracy") if r.setup.task == "kv" else None
   if held is not None:
     return float(held), "held-out far accuracy"
@@ -135,7 +143,7 @@ def _period_claim(r: Record) -> Judgment:
           f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, weakest phase "
           f"{a.phase.weakest_phase}{caution}")
   holds = ok if ok or _learned(r) else None
-  claim = "C7" if r.setup.task == "code" else "C1"  # code: the '=' prefix probe (primary)
+  claim = "C7" if is_code_model(r) else "C1"  # code: the '=' prefix probe (primary)
   return Judgment(line, claim, holds, (r,), _core_numbers(r),
                   "" if holds is not None else "the task was not learned")
 
