@@ -87,6 +87,17 @@ def test_c5_not_reproduced_above_zero_and_inconclusive_with_the_interval_in_the_
   assert "[0.000, 0.000]" in claim.reason and "contains 0" in claim.reason
 
 
+def test_c5_with_a_model_below_the_learned_gate_is_inconclusive_and_says_why():
+  records, store = _sweep(m2_rate=0.5, m4_rate=0.0)  # the gaps alone would reproduce C5
+  records = [dataclasses.replace(r, heldout={"far_accuracy": 0.3 if r.chunk_size == 4 else 0.9})
+             for r in records]
+  claim = study_claims.c5_claim(records, store.get, num_resamples=50)
+  assert claim.verdict == "INCONCLUSIVE"
+  assert "fixed_m4_k2_seed0 held-out far accuracy 0.300" in claim.reason
+  assert "learned gate" in claim.reason
+  assert claim.numbers["key2_value2"]["not_learned"][0].startswith("fixed_m4_k2_seed0")
+
+
 def test_c5_multi_token_needles_decide_and_one_token_needles_say_why_they_cannot():
   one, store = _sweep(m2_rate=0.0, m4_rate=0.0, key_len=1)  # equal gaps of 1
   claim = study_claims.c5_claim(one, store.get, num_resamples=50)

@@ -10,7 +10,8 @@ C5 (a smaller step hurts less): for plain fixed M = 2 and M = 4 models with the 
 lengths, the far-depth matrices of the seeds both have, stacked [N, Y, J] (seed n of M = 2
 paired with seed n of M = 4; the sweep asks every unit the same haystacks), give
 ``paired_gap.gap_difference`` of gap(M=2) - gap(M=4), phases ``offset mod M``. REPRODUCED if
-the interval lies below 0, NOT REPRODUCED if above, else INCONCLUSIVE with the interval.
+the interval lies below 0, NOT REPRODUCED if above, else INCONCLUSIVE with the interval; also
+INCONCLUSIVE when a model is below the learned gate (``verdicts.gate_accuracy`` < 0.5).
 Multi-token needles decide the claim when the sweep has them (only there a split can be
 partial); with 1-token keys and values every split is total at every M, so the gap cannot
 shrink with M. Several needle lengths: their common verdict where the decided ones agree, else
@@ -64,7 +65,7 @@ def _far_matrix(record: VariantRecord, load: Loader) -> correctness.Matrix | Non
 def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader, *,
               seed: int, num_resamples: int) -> dict[str, Any] | None:
   """The paired gap difference of one needle length over the seeds with both matrices."""
-  a_rows, b_rows, seeds, offsets = [], [], [], None
+  a_rows, b_rows, seeds, offsets, unlearned = [], [], [], None, []
   for a, b in pairs:
     ma, mb = _far_matrix(a, load), _far_matrix(b, load)
     if ma is None or mb is None or ma.correct_YxJ.shape != mb.correct_YxJ.shape:
@@ -76,6 +77,10 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
     a_rows.append(ma.correct_YxJ)
     b_rows.append(mb.correct_YxJ)
     seeds.append((a.setup.seed, a.name, b.name))
+    for r in (a, b):
+      gate, gate_name = verdicts.gate_accuracy(r)
+      if gate is not None and gate < verdicts.LEARNED_ACCURACY:
+        unlearned.append(f"{r.name} {gate_name} {gate:.3f}")
   if not seeds:
     return None
   m_a, m_b = pairs[0][0].chunk_size, pairs[0][1].chunk_size
@@ -87,7 +92,10 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
               for x, y in zip(a_rows, b_rows, strict=True)]
   d = result.difference
   verdict = REPRODUCED if d.high < 0 else NOT_REPRODUCED if d.low > 0 else INCONCLUSIVE
+  if unlearned:  # a model that barely answers has a small gap whatever its chunking
+    verdict = INCONCLUSIVE
   return {**paired_gap.gap_difference_record(result), "verdict": verdict,
+          "not_learned": unlearned,
           "seeds": [s for s, _, _ in seeds], "units_m2": [u for _, u, _ in seeds],
           "units_m4": [u for _, _, u in seeds], "per_seed_difference": per_seed}
 
@@ -126,7 +134,11 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
             f"{g['difference']:.3f} [{g['difference_low']:.3f}, {g['difference_high']:.3f}] "
             f"(paired bootstrap over {g['num_haystacks']} haystacks x {g['num_seeds']} "
             f"seed(s); gaps {g['gap_a']:.3f} vs {g['gap_b']:.3f}): {g['verdict']}")
-    if g["verdict"] == INCONCLUSIVE:
+    if g["not_learned"]:
+      text += (f" (below the {verdicts.LEARNED_ACCURACY} learned gate: "
+               f"{', '.join(g['not_learned'])}; a model that barely answers has a small gap "
+               "whatever its chunking)")
+    elif g["verdict"] == INCONCLUSIVE:
       text += " (the interval contains 0)"
     if g["key_len"] + g["value_len"] <= 2:
       text += f"; {ONE_TOKEN_REASON}" + ("; not deciding: multi-token needles do" if multi
