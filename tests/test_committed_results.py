@@ -86,14 +86,14 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
 
 @pytest.mark.parametrize("sweep, expected", [
     ("demo", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "INCONCLUSIVE",
-              "C5": "INCONCLUSIVE", "C6": "INCONCLUSIVE", "C8": "REPRODUCED",
+              "C5": "INCONCLUSIVE", "C6": "NOT REPRODUCED", "C8": "REPRODUCED",
               "C9": "INCONCLUSIVE"}),
     ("study", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
-               "C5": "NOT REPRODUCED", "C6": "INCONCLUSIVE", "C7": "INCONCLUSIVE",
-               "C8": "REPRODUCED", "C9": "REPRODUCED"}),
+               "C7": "INCONCLUSIVE", "C8": "REPRODUCED", "C9": "REPRODUCED"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
-  claims = verdicts.claims(results_file.load(_path(sweep)).variants)
+  # The stored claims (the read-back test above recomputes them from records and matrices).
+  claims = results_file.load(_path(sweep)).claims
   assert [c.id for c in claims] == [f"C{i}" for i in range(1, 10)]
   for claim in claims:
     assert claim.verdict in claims_lib.VERDICTS and "NOT TESTED" not in claim.reason
@@ -101,23 +101,26 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   by_id = {c.id: c for c in claims}
   assert {k: by_id[k].verdict for k in expected} == expected
   if sweep == "study":
-    # C5 rests on two overlapping intervals (0.686 vs 0.573): the reason says so.
-    assert "not significant" in by_id["C5"].reason
-    assert by_id["C5"].numbers["fixed_m2"]["m2"]["max_gap"] == pytest.approx(0.686, abs=1e-3)
-    # C2: full_kv2 has no period but misses the accuracy gate: undecided, not a failure.
-    assert by_id["C2"].numbers["full_kv2"]["holds"] is None
-    assert by_id["C1"].seeds_agreeing == "6/6"  # six variants of one seed each
+    # Seeds: every record names its variant and seed; the seeded variants have 2 or 3 seeds.
+    variants = results_file.load(_path(sweep)).variants
+    seeds = {}
+    for r in variants:
+      seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
+    assert seeds["full"] == seeds["fixed_m4"] == seeds["dynamic_m4"] == {0, 1, 2}
+    assert seeds["fixed_m2"] == seeds["fixed_m8"] == seeds["fixed_m4_shift"] == {0, 1}
+    # C7 was decided from data: the code LM did not learn the needles.
+    assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
     assert "in absolute position" in by_id["C8"].statement
     assert "inside its own chunk" in by_id["C8"].reason
-  # The sweep's claims (C5/C6 judged where matrices and init slot gains exist) keep these
-  # verdicts except C6 (the demo stores init gains: its slot-gain null decides C6).
-  judged = study_claims.claims(results_file.load(_path(sweep)).variants,
-                               study_claims.loader(os.path.join(RESULTS, sweep)),
-                               num_resamples=50, num_permutations=50)
-  assert [c.verdict for c in judged if c.id != "C6"] == [c.verdict for c in claims
+  if sweep == "demo":
+    # One seed per variant and no M=2: the judgment-based claims agree with the sweep's
+    # except C6 (the demo stores init gains: its slot-gain null decides C6).
+    plain = verdicts.claims(results_file.load(_path(sweep)).variants)
+    assert [c.verdict for c in plain if c.id != "C6"] == [c.verdict for c in claims
+                                                          if c.id != "C6"]
+    assert [c.reason for c in plain if c.id != "C6"] == [c.reason for c in claims
                                                          if c.id != "C6"]
-  assert [c.reason for c in judged if c.id != "C6"] == [c.reason for c in claims if c.id != "C6"]
 
 
 def test_committed_demo_statistics_recompute_from_its_correctness_matrices():

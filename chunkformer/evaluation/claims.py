@@ -105,7 +105,7 @@ def common_verdict(verdicts: Mapping[str, str], what: str) -> tuple[str, str]:
     return found[0], (f"{undecided} of the {len(verdicts)} {what} undecided" if undecided
                       else "")
   if not found:
-    return INCONCLUSIVE, f"no {what} decides it"
+    return INCONCLUSIVE, f"none of the {what} decides it"
   return INCONCLUSIVE, f"the {what} disagree (" + ", ".join(
       f"{name}: {v}" for name, v in sorted(decided.items())) + ")"
 
