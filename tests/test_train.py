@@ -183,11 +183,16 @@ def _drop_field(tree: dict, dotted: str) -> None:
   del tree[leaf]
 
 
+# The config.json of the first study's fixed_m4 run (results/study at 227642e), as the code of
+# 2026-11-30 wrote it: before model.attention.derotate and other fields existed.
+PRE_DEROTATION_RECORD = os.path.join(os.path.dirname(__file__), "data",
+                                     "pre_derotation_fixed_m4_config.json")
+
+
 def test_run_recorded_before_a_field_existed_is_the_same_run(tmp_path):
-  # A committed run directory, as the previous code wrote it, with one field removed to stand
+  # A run directory as the previous code wrote it, with one field removed to stand
   # for a field added since (with its default): accepted as the same run, not moved aside.
-  committed = os.path.join(os.path.dirname(__file__), "..", "results", "study", "fixed_m4")
-  with open(os.path.join(committed, workdir_lib.CONFIG_FILE)) as f:
+  with open(PRE_DEROTATION_RECORD) as f:
     recorded = json.load(f)
   config = config_lib.from_dict(workdir_lib.upgrade_record(recorded))  # as the run was made
   _drop_field(recorded, "model.attention.interpret")
@@ -204,10 +209,9 @@ def test_run_recorded_before_a_field_existed_is_the_same_run(tmp_path):
 
 
 def test_run_recorded_before_value_derotation_reads_back_without_it(tmp_path):
-  # The committed study ran before de-rotation existed: reading its record must give the
+  # The first study ran before de-rotation existed: reading its record must give the
   # behaviour it was trained with, and today's default (de-rotation on) is a different run.
-  committed = os.path.join(os.path.dirname(__file__), "..", "results", "study", "fixed_m4")
-  shutil.copy(os.path.join(committed, workdir_lib.CONFIG_FILE), tmp_path)
+  shutil.copy(PRE_DEROTATION_RECORD, tmp_path / workdir_lib.CONFIG_FILE)
   recorded = workdir_lib.read_config(str(tmp_path))
   assert recorded.model.attention.derotate is False
   workdir_lib.prepare(str(tmp_path), recorded)  # the same run
