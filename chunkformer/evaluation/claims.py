@@ -165,10 +165,12 @@ def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
     by_variant: dict[str, list] = {}
     for j in mine:
       by_variant.setdefault(_variant(j), []).append(j)
+    multi_seed = {v for v, js in by_variant.items()
+                  if len({j.records[0].setup.seed for j in js}) > 1}
     rules = {}
     for variant, js in by_variant.items():
       theirs = [p for p in pooled if p.claim == claim_id and p.records and _variant(p) == variant]
-      if not theirs and len({j.records[0].setup.seed for j in js}) == 1:
+      if not theirs and variant not in multi_seed:
         theirs = js  # one seed: its own test is the pooled test
       elif not theirs and variant not in pooled_variants:
         theirs = None  # several seeds without a pooled record: no pooled test exists
@@ -181,8 +183,7 @@ def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
     used: set[str] = set()
     numbers: dict[str, Any] = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}
     for p in pooled:
-      if p.claim == claim_id and p.records and _variant(p) in by_variant and len(
-          {j.records[0].setup.seed for j in by_variant[_variant(p)]}) > 1:
+      if p.claim == claim_id and p.records and _variant(p) in multi_seed:
         numbers[_key(p, used)] = dict(p.numbers, holds=p.holds)
     numbers["seed_rule"] = {v: r.record() for v, r in sorted(rules.items())}
     per_variant = "; ".join(_variant_summary(v, r) for v, r in sorted(rules.items()))

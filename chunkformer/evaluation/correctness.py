@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -29,6 +29,10 @@ class Matrix:
   correct_YxJ: np.ndarray  # outcomes in [0, 1]
   offsets_J: np.ndarray
   phases_YxJ: np.ndarray | None = None
+
+
+# unit name -> its matrices, or None when not stored (``study_claims.loader`` reads DIR)
+Loader = Callable[[str], Mapping[str, Matrix] | None]
 
 
 def path_for(workdir: str, variant: str) -> str:

@@ -15,6 +15,11 @@ def number(value: Any, spec: str = ".3f") -> str:
   return format(value, spec)
 
 
+def interval(value: Any, low: Any, high: Any) -> str:
+  """'value [low, high]', each as ``number`` (MISSING where undefined)."""
+  return f"{number(value)} [{number(low)}, {number(high)}]"
+
+
 def p_value(value: float | None) -> str:
   """Small p-values in scientific notation (a permutation floor such as 5.0e-04 stays exact)."""
   if value is None:

@@ -20,7 +20,7 @@ nothing in it mixes one seed's value with the pooled statistics.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -28,8 +28,7 @@ from chunkformer.evaluation import correctness, stats
 from chunkformer.evaluation.seed_agreement import pool_seeds
 from chunkformer.evaluation.variant_record import VariantRecord
 
-# unit name -> its correctness matrices, or None when not stored (``study_claims.loader``)
-Loader = Callable[[str], Mapping[str, correctness.Matrix] | None]
+Loader = correctness.Loader
 POOLED_SUFFIX = "seeds pooled"
 
 
@@ -74,7 +73,7 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
                       slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
                       images={},
                       token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
-                      lm_phase_loss=None)
+                      lm_phase_loss=None, depths=None)
   if first.primary_probe == "needle":
     depths = sorted({k for m in loaded for k in m if k.startswith("needle_")})
     if all(set(depths) <= set(m) for m in loaded):
@@ -84,7 +83,6 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
                                              offsets, sizes, **kw).nested()
     near = max(depths, key=lambda d: _depth(first, d))
     fields["near_accuracy"] = float(pool_seeds([m[near].correct_YxJ for m in loaded]).mean())
-    fields["depths"] = None
     if first.chunk_phase is not None and all(m.phases_YxJ is not None for m in primary):
       phases = np.concatenate([m.phases_YxJ for m in primary])
       fields["chunk_phase"] = stats.analyze(pooled, offsets, sizes, phases=phases, **kw).phase

@@ -29,7 +29,7 @@ ones named), INCONCLUSIVE when they disagree.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,8 +39,7 @@ from chunkformer.evaluation import correctness, paired_gap, seed_pooling, slot_n
 from chunkformer.evaluation.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim
 from chunkformer.evaluation.variant_record import VariantRecord
 
-# unit name -> its correctness matrices (``correctness.load``), or None when not stored
-Loader = Callable[[str], Mapping[str, correctness.Matrix] | None]
+Loader = correctness.Loader
 ALPHA = 0.05
 ONE_TOKEN_REASON = ("with 1-token keys and values a split is total at every M (key and value "
                     "in different chunks), so the gap cannot shrink with M; only the share of "

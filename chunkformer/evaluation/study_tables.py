@@ -26,7 +26,7 @@ import numpy as np
 
 from chunkformer.evaluation import seed_agreement, seed_pooling, split_labels, verdicts
 from chunkformer.evaluation.claims import Claim
-from chunkformer.evaluation.formatting import MISSING, number, p_value
+from chunkformer.evaluation.formatting import MISSING, interval, number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
 
 SHIFT_WIDTHS = (0, 2, 3, 4)
@@ -212,7 +212,7 @@ def _across_seeds(values: Sequence[float | None]) -> str:
   if len(known) < 2:
     return MISSING
   est = seed_agreement.seed_interval(known)
-  return f"{number(est.mean)} [{number(est.low)}, {number(est.high)}]"
+  return interval(est.mean, est.low, est.high)
 
 
 def seed_table(records: Sequence[VariantRecord],
@@ -229,20 +229,17 @@ def seed_table(records: Sequence[VariantRecord],
   for variant, runs in groups.items():
     far = [r.far_accuracy for r in runs]
     gap = [r.analysis.phase.gap.value for r in runs]
-    p = (pooled or {}).get(variant)
-    if p is not None and p.name == runs[0].name:
-      p = None  # not a pooled record
-    pooled_far = MISSING if p is None else _interval(p.analysis.mean_accuracy)
-    pooled_gap = MISSING if p is None else _interval(p.analysis.phase.gap)
+    p = (pooled or {}).get(variant)  # several seeds: a pooled record, or none
+    pooled_far = pooled_gap = MISSING
+    if p is not None:
+      far_i, gap_i = p.analysis.mean_accuracy, p.analysis.phase.gap
+      pooled_far = interval(far_i.value, far_i.low, far_i.high)
+      pooled_gap = interval(gap_i.value, gap_i.low, gap_i.high)
     lines.append(f"| {variant} | {len(runs)} | {' / '.join(number(x) for x in far)} | "
                  f"{_across_seeds(far)} | {pooled_far} | "
                  f"{' / '.join(number(x) for x in gap)} | {_across_seeds(gap)} | {pooled_gap} "
                  f"| {MISSING if p is None else p_value(p.analysis.p_value)} |")
   return lines
-
-
-def _interval(x) -> str:
-  return f"{number(x.value)} [{number(x.low)}, {number(x.high)}]"
 
 
 def sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),

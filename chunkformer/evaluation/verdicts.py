@@ -28,7 +28,7 @@ from typing import Any
 
 from chunkformer.evaluation import claims as claims_lib
 from chunkformer.evaluation import seed_pooling
-from chunkformer.evaluation.formatting import number, p_value
+from chunkformer.evaluation.formatting import interval, number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
 
 Record = VariantRecord
@@ -199,9 +199,9 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
       separated = ok and ga.high is not None and gb.low is not None and ga.high < gb.low
       reverse = (not ok and None not in (ga.low, gb.high) and gb.high < ga.low)
       line = (f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: gap(M=2) < gap(M=4) "
-              f"({_needle(a)}): {number(ga.value)} [{number(ga.low)}, {number(ga.high)}] "
+              f"({_needle(a)}): {interval(ga.value, ga.low, ga.high)} "
               f"({a.name}) vs "
-              f"{number(gb.value)} [{number(gb.low)}, {number(gb.high)}] ({b.name})"
+              f"{interval(gb.value, gb.low, gb.high)} ({b.name})"
               f"{'; intervals separate' if separated else '; intervals overlap' if ok else ''}")
       significant = separated or reverse
       numbers = {"m2": _core_numbers(a), "m4": _core_numbers(b),
