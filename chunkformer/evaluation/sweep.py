@@ -308,7 +308,17 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
     logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
                  ", ".join(v.name for v in mine))
   _train(sweep, mine)
-  evaluated = {r.name: r for r in _evaluate(sweep, mine, workdir)}
+  # A variant whose stored record is current (same settings, config and finished run) is not
+  # evaluated again, so a stopped sweep resumes its evaluation too; delete DIR/records/ to
+  # evaluate every variant afresh.
+  stored = {v.name: stored_record(sweep, v, workdir)[0] for v in mine}
+  for name, record in stored.items():
+    if record is not None:
+      logging.info("[sweep %s] %r: current record in %s, not evaluated again", sweep.settings.name,
+                   name, record_path(workdir, name))
+  evaluated = {r.name: r for r in _evaluate(sweep, [v for v in mine if stored[v.name] is None],
+                                            workdir)}
+  evaluated.update({name: record for name, record in stored.items() if record is not None})
   if shard is not None:
     others = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants
               if v.name not in evaluated}

@@ -60,7 +60,7 @@ SHARED = {
 }
 NO_SHIFT = {"model.key_shift": 0}
 SHIFT = {"model.key_shift": 2}
-KV2_STEPS = 2000  # the matched budget of the 2-token units (module docstring)
+KV2_STEPS = 3000  # the matched budget of the 2-token units (module docstring)
 KV2 = {"data.key_len": 2, "data.value_len": 2, "train.steps": KV2_STEPS}
 
 
@@ -92,9 +92,16 @@ VARIANTS = {
     "full_shift": (variant("configs/kv_full.py", SHIFT), 2),
     "fixed_m4_norope": (_fixed(4, **{"model.rope": False}), 1),
     "fixed_m4_mean": (_fixed(4, **{"model.attention.pooling": "mean"}), 1),
-    "full_kv2": (variant("configs/kv_full.py", {**NO_SHIFT, **KV2}), 1),
-    "fixed_m2_kv2": (_fixed(2, **KV2), 1),
-    "fixed_m4_kv2": (_fixed(4, **KV2), 1),
+    "full_kv2": (variant("configs/kv_full.py", {**NO_SHIFT, **KV2}), 2),
+    "fixed_m2_kv2": (_fixed(2, **KV2), 2),
+    "fixed_m4_kv2": (_fixed(4, **KV2), 2),
+    "fixed_m8_kv2": (_fixed(8, **KV2), 2),
+    # C9 map: key shift width x needle length, and the router on 2-token needles.
+    "fixed_m4_shift3": (_fixed(4, **{"model.key_shift": 3}), 1),
+    "fixed_m4_shift4": (_fixed(4, **{"model.key_shift": 4}), 1),
+    "fixed_m4_kv2_shift2": (_fixed(4, **KV2, **SHIFT), 1),
+    "fixed_m4_kv2_shift4": (_fixed(4, **KV2, **{"model.key_shift": 4}), 1),
+    "dynamic_m4_kv2": (_dynamic(**KV2), 1),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
