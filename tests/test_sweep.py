@@ -323,6 +323,27 @@ def test_a_finished_variant_is_not_retrained(finished_sweep, monkeypatch):
   assert again.records[0].analysis == first.records[0].analysis
 
 
+def test_a_variant_with_a_current_record_is_not_evaluated_again(finished_sweep, tmp_path,
+                                                                monkeypatch):
+  workdir, first = finished_sweep
+  copy = str(tmp_path / "copy")
+  shutil.copytree(workdir, copy)
+  asked = []
+  def evaluate(sweep_, variants, workdir_):
+    asked.append([v.name for v in variants])
+    return []
+  monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
+  monkeypatch.setattr(sweep, "_evaluate", evaluate)
+  again = sweep.run(_sweep({"smoke": SMOKE}), copy, command="test")
+  assert asked == [[]]  # the stored record is current: nothing to evaluate
+  assert again.records[0].analysis == first.records[0].analysis
+  assert again.verdicts == first.verdicts
+  # A record made under other sweep settings is stale: that variant is evaluated again.
+  with pytest.raises(KeyError, match="smoke"):  # the stub returned no record for it
+    sweep.run(_sweep({"smoke": SMOKE}, num_resamples=60), copy, command="test")
+  assert asked[-1] == ["smoke"]
+
+
 def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):
   workdir, _ = finished_sweep
   copy = tmp_path / "unfinished"
