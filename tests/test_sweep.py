@@ -338,6 +338,12 @@ def test_a_variant_with_a_current_record_is_not_evaluated_again(finished_sweep, 
   assert asked == [[]]  # the stored record is current: nothing to evaluate
   assert again.records[0].analysis == first.records[0].analysis
   assert again.verdicts == first.verdicts
+  # As committed under results/ (no records/, no checkpoints): results.json's entry serves.
+  shutil.rmtree(os.path.join(copy, sweep.RECORDS_DIR))
+  shutil.rmtree(os.path.join(copy, "smoke", "checkpoints"))
+  again = sweep.run(_sweep({"smoke": SMOKE}), copy, command="test")
+  assert asked == [[], []] and again.records[0].analysis == first.records[0].analysis
+  assert sweep.merge(_sweep({"smoke": SMOKE}), copy).verdicts == first.verdicts
   # A record made under other sweep settings is stale: that variant is evaluated again.
   with pytest.raises(KeyError, match="smoke"):  # the stub returned no record for it
     sweep.run(_sweep({"smoke": SMOKE}, num_resamples=60), copy, command="test")

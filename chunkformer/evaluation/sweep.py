@@ -270,14 +270,37 @@ def _settings_json(sweep: sweep_config.Sweep) -> dict:
   return settings
 
 
-def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant,
-                  workdir: str) -> tuple[VariantRecord | None, str]:
-  """The variant's stored record if it is current, else (None, why not)."""
-  path = record_path(workdir, variant.name)
+def merged_entries(workdir: str) -> dict[str, dict]:
+  """The records of ``DIR/results.json`` in the form ``record_path`` stores them.
+
+  A committed sweep keeps its results.json but no ``records/``; with these its variants count
+  as evaluated, so units added to its config train and merge in place.
+  """
+  path = os.path.join(workdir, RESULTS_FILE)
   if not os.path.exists(path):
-    return None, "not evaluated"
+    return {}
   with open(path, encoding="utf-8") as f:
-    stored = json.load(f)
+    results = json.load(f)
+  settings = dict(results.get("settings") or {})
+  settings.pop("order", None)
+  return {entry["name"]: {"sweep_settings": settings, "record": entry}
+          for entry in results.get("variants", [])}
+
+
+def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant, workdir: str,
+                  merged: Mapping[str, dict] | None = None) -> tuple[VariantRecord | None, str]:
+  """The variant's stored record if it is current, else (None, why not).
+
+  ``merged`` (``merged_entries``) is consulted when ``DIR/records/`` has no file for it.
+  """
+  path = record_path(workdir, variant.name)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      stored = json.load(f)
+  elif merged and variant.name in merged:
+    stored = merged[variant.name]
+  else:
+    return None, "not evaluated"
   settings = _settings_json(sweep)
   changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
   if changed:
@@ -308,19 +331,20 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
     logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
                  ", ".join(v.name for v in mine))
   _train(sweep, mine)
-  # A variant whose stored record is current (same settings, config and finished run) is not
-  # evaluated again, so a stopped sweep resumes its evaluation too; delete DIR/records/ to
-  # evaluate every variant afresh.
-  stored = {v.name: stored_record(sweep, v, workdir)[0] for v in mine}
+  # A variant whose stored record is current (same settings, config and finished run; in
+  # DIR/records/ or DIR/results.json) is not evaluated again, so a stopped sweep resumes its
+  # evaluation too; move DIR/records/ and DIR/results.json away to evaluate every variant afresh.
+  merged = merged_entries(workdir)
+  stored = {v.name: stored_record(sweep, v, workdir, merged)[0] for v in mine}
   for name, record in stored.items():
     if record is not None:
-      logging.info("[sweep %s] %r: current record in %s, not evaluated again", sweep.settings.name,
-                   name, record_path(workdir, name))
+      logging.info("[sweep %s] %r: stored record is current, not evaluated again",
+                   sweep.settings.name, name)
   evaluated = {r.name: r for r in _evaluate(sweep, [v for v in mine if stored[v.name] is None],
                                             workdir)}
   evaluated.update({name: record for name, record in stored.items() if record is not None})
   if shard is not None:
-    others = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants
+    others = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants
               if v.name not in evaluated}
     missing = [name for name, (record, _) in others.items() if record is None]
     if missing:
@@ -337,7 +361,8 @@ def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "")
   began = time.time()
   workdir_lib.require_directory(workdir)
   sweep = sweep_config.resolve(config, workdir)
-  found = {v.name: stored_record(sweep, v, workdir) for v in sweep.variants}
+  merged = merged_entries(workdir)
+  found = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants}
   missing = [f"{name} ({why})" for name, (record, why) in found.items() if record is None]
   if missing:
     raise ConfigError(f"--merge: no current record in {workdir} for {', '.join(missing)}; run "
