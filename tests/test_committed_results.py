@@ -1,4 +1,4 @@
-"""The committed sweep outputs (results/demo, results/study) still load and recompute exactly.
+"""The committed sweep outputs (results/demo, results/study) still load and recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
 so any change to stats, verdicts or report that alters them shows up here, without retraining.
@@ -89,7 +89,8 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
               "C5": "INCONCLUSIVE", "C6": "NOT REPRODUCED", "C8": "REPRODUCED",
               "C9": "INCONCLUSIVE"}),
     ("study", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
-               "C7": "INCONCLUSIVE", "C8": "REPRODUCED", "C9": "REPRODUCED"}),
+               "C5": "INCONCLUSIVE", "C7": "INCONCLUSIVE", "C8": "REPRODUCED",
+               "C9": "INCONCLUSIVE"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
@@ -108,6 +109,9 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
       seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
     assert seeds["full"] == seeds["fixed_m4"] == seeds["dynamic_m4"] == {0, 1, 2}
     assert seeds["fixed_m2"] == seeds["fixed_m8"] == seeds["fixed_m4_shift"] == {0, 1}
+    assert all(seeds[f"{v}_kv2"] == {0, 1} for v in ("full", "fixed_m2", "fixed_m4", "fixed_m8"))
+    # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
+    assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
@@ -134,4 +138,22 @@ def test_committed_demo_statistics_recompute_from_its_correctness_matrices():
     again = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, seed=s["seed"],
                           num_resamples=s["num_resamples"],
                           num_permutations=s["num_permutations"])
-    assert again == record.analysis, record.name  # every interval, p-value and the period
+    # Every interval, p-value and the period; bootstrap percentiles may differ in the last bits
+    # on another CPU (numpy's vectorised sums), so floats compare to 1e-9.
+    _assert_same(dataclasses.asdict(again), dataclasses.asdict(record.analysis), record.name)
+
+
+def _assert_same(a, b, where: str) -> None:
+  """Equal trees, floats to a relative 1e-9."""
+  if isinstance(a, dict):
+    assert isinstance(b, dict) and a.keys() == b.keys(), where
+    for key in a:
+      _assert_same(a[key], b[key], f"{where}.{key}")
+  elif isinstance(a, (list, tuple)):
+    assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+      _assert_same(x, y, f"{where}[{i}]")
+  elif isinstance(a, float) and isinstance(b, float):
+    assert a == pytest.approx(b, rel=1e-9, abs=1e-12, nan_ok=True), where
+  else:
+    assert a == b, where
