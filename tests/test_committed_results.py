@@ -109,7 +109,8 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
       seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
     assert seeds["full"] == seeds["fixed_m4"] == seeds["dynamic_m4"] == {0, 1, 2}
     assert seeds["fixed_m2"] == seeds["fixed_m8"] == seeds["fixed_m4_shift"] == {0, 1}
-    assert all(seeds[f"{v}_kv2"] == {0, 1} for v in ("full", "fixed_m2", "fixed_m4", "fixed_m8"))
+    assert seeds["full_kv2"] == seeds["fixed_m8_kv2"] == {0, 1}
+    assert seeds["fixed_m2_kv2"] == seeds["fixed_m4_kv2"] == {0, 1, 2}
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
