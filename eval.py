@@ -55,7 +55,8 @@ def _run_sweep(config) -> None:
     shard = None if _SHARD.value is None else shards.parse(_SHARD.value)
     outcome = sweep.run(config, _WORKDIR.value, command=command, shard=shard)
   if isinstance(outcome, sweep.PartOutcome):
-    print(f"shard {outcome.shard}: evaluated {', '.join(outcome.evaluated)}; still missing "
+    done = ", ".join(outcome.evaluated) or "none (every stored record was current)"
+    print(f"shard {outcome.shard}: evaluated {done}; still missing "
           f"{', '.join(outcome.missing)} (run their shards, or --merge once they are done)")
     return
   print(outcome.table)

@@ -277,6 +277,8 @@ def test_two_shards_and_a_merge_give_the_unsharded_results(finished_sweep, tmp_p
   part = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("1/2"))
   assert isinstance(part, sweep.PartOutcome)
   assert part.evaluated == ["smoke_b"] and part.missing == ["smoke"]
+  again = sweep.run(config, dirs["sharded"], command="test", shard=shards.parse("1/2"))
+  assert again.evaluated == [] and again.missing == ["smoke"]  # its record was reused
   assert not os.path.exists(os.path.join(dirs["sharded"], "results.json"))
   with pytest.raises(ConfigError, match=r"^--merge: .*smoke \(not evaluated\)"):
     sweep.merge(config, dirs["sharded"])

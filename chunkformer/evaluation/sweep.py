@@ -216,7 +216,7 @@ class PartOutcome:
   """A shard's part is done but other parts are missing: nothing merged yet."""
 
   shard: shards.Shard
-  evaluated: list[str]
+  evaluated: list[str]  # variants evaluated by this call (not those whose record was reused)
   missing: list[str]  # variants without a current record (other shards still to run)
 
 
@@ -263,11 +263,13 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
   return records
 
 
+def _record_settings(settings: Mapping) -> dict:
+  """The settings a record depends on: all but the variant order, which does not change one."""
+  return {k: v for k, v in settings.items() if k != "order"}
+
+
 def _settings_json(sweep: sweep_config.Sweep) -> dict:
-  """The settings a record depends on (the variant order does not change one)."""
-  settings = json.loads(json.dumps(dataclasses.asdict(sweep.settings)))
-  settings.pop("order", None)
-  return settings
+  return _record_settings(json.loads(json.dumps(dataclasses.asdict(sweep.settings))))
 
 
 def merged_entries(workdir: str) -> dict[str, dict]:
@@ -281,8 +283,7 @@ def merged_entries(workdir: str) -> dict[str, dict]:
     return {}
   with open(path, encoding="utf-8") as f:
     results = json.load(f)
-  settings = dict(results.get("settings") or {})
-  settings.pop("order", None)
+  settings = _record_settings(results.get("settings") or {})
   return {entry["name"]: {"sweep_settings": settings, "record": entry}
           for entry in results.get("variants", [])}
 
@@ -340,8 +341,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
     if record is not None:
       logging.info("[sweep %s] %r: stored record is current, not evaluated again",
                    sweep.settings.name, name)
-  evaluated = {r.name: r for r in _evaluate(sweep, [v for v in mine if stored[v.name] is None],
-                                            workdir)}
+  fresh = _evaluate(sweep, [v for v in mine if stored[v.name] is None], workdir)
+  evaluated = {r.name: r for r in fresh}
   evaluated.update({name: record for name, record in stored.items() if record is not None})
   if shard is not None:
     others = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants
@@ -350,7 +351,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
     if missing:
       logging.info("[sweep %s] shard %s done; waiting for %s (then: --merge)",
                    sweep.settings.name, shard, ", ".join(missing))
-      return PartOutcome(shard, list(evaluated), missing)
+      return PartOutcome(shard, [r.name for r in fresh], missing)
     evaluated.update({name: record for name, (record, _) in others.items()})
   return _write_outputs(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
                         began)
