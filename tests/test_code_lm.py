@@ -164,4 +164,16 @@ def test_tiny_code_lm_sweep_writes_the_probe_and_phase_loss_fields(tiny_corpus, 
     assert np.isfinite(loss["bits_per_byte"]) and loss["bits_per_byte"] > 0
     # Every code target of the held-out rows counted once (tokens minus answers, by phase).
     assert sum(loss["count_by_phase"]) <= 2 * 4 * 96
+    # The detrended signature, recomputable from the stored per-token rows.
+    rows = lm_phase_loss.loader(workdir)(record["name"])
+    assert rows.loss_NxT.shape == (2 * 4, 96)
+    np.testing.assert_allclose(rows.mask_NxT.sum(axis=0).reshape(-1, 4).sum(axis=0),
+                               loss["count_by_phase"])
+    signature = loss["signature"]
+    assert signature == rows.signature(4, seed=0, num_resamples=20, num_permutations=20)
+    assert signature["bits_per_byte"] == pytest.approx(loss["bits_per_byte"], rel=1e-6)
   assert records["dynamic_m4_seed0"]["attention"] == "dynamic"
+  with open(os.path.join(workdir, "report.md")) as f:
+    report = f.read()
+  assert "## Loss by position mod 4 (language models, seeds pooled)" in report
+  assert os.path.exists(os.path.join(workdir, "plots", "lm_loss_by_phase.png"))

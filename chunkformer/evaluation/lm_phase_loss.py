@@ -10,17 +10,25 @@ bytes where the rows carry needles, so the answers (a retrieval, analysed by the
 do not weigh on the language-model reading. Position = column in the row (0..T-1), which is
 the grid the fixed kind chunks.
 
-Per held-out batch and phase the summed loss (nats) and token count are kept, so the
-per-batch phase means can be resampled or permuted over batches (the statistics live in
-``chunkformer/evaluation``'s stats modules); bits per byte is summed loss / ln 2 / predicted
-bytes (UTF-8 bytes of the targets: ``target_bytes`` on corpus batches, 1 per byte token
-otherwise).
+Per held-out batch and phase the summed loss (nats) and token count are kept; bits per byte is
+summed loss / ln 2 / predicted bytes (UTF-8 bytes of the targets: ``target_bytes`` on corpus
+batches, 1 per byte token otherwise).
+
+Raw phase means carry the loss's fall over the first positions of a row (position 0 has no
+context: its loss alone lifts phase 0's mean by about (loss_0 - mean) / (T / M)). The
+*signature* (``PhaseLoss.signature``) is therefore ``loss_phase.loss_by_phase`` of the per-token
+rows: the per-position curve detrended by a one-period moving average, the excess loss per
+phase with row-bootstrap intervals, its amplitude and a permutation p-value. The rows
+(``Rows``: loss, code mask and bytes per target, [N, T]) are stored beside results.json as
+``DIR/lm_loss/<unit>.npz`` (``save``/``loader``), so the signature, seed pooling and paired
+comparisons between models scored on the same rows can be recomputed from DIR alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import jax
@@ -29,9 +37,63 @@ import numpy as np
 import optax
 
 from chunkformer import objective
+from chunkformer.evaluation import loss_phase
 from chunkformer.evaluation import trained as trained_lib
 
 BYTE_TOKENS = 256  # byte-level tasks: ids below this are one byte each
+DIRECTORY = "lm_loss"  # DIR/lm_loss/<unit>.npz: the per-token rows of each unit
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """Held-out per-token rows of one model (all batches stacked), [N, T] each."""
+
+  loss_NxT: np.ndarray  # nats (0 where the mask is 0), float32 as measured
+  mask_NxT: np.ndarray  # 1 on code targets (``code_mask``)
+  bytes_NxT: np.ndarray  # UTF-8 bytes each target predicts
+
+  def signature(self, period: int, **kwargs) -> dict[str, Any]:
+    """``loss_phase.loss_by_phase`` of these rows (kwargs: seed, num_resamples, ...)."""
+    return loss_phase.loss_by_phase(self.loss_NxT, self.mask_NxT, period,
+                                    target_bytes_NxT=self.bytes_NxT, **kwargs)
+
+
+def stack(rows: list[Rows]) -> Rows:
+  """Several models' or seeds' rows as one set of more rows (pooling)."""
+  return Rows(*(np.concatenate([getattr(r, f.name) for r in rows])
+                for f in dataclasses.fields(Rows)))
+
+
+def path_for(workdir: str, unit: str) -> str:
+  return os.path.join(workdir, DIRECTORY, f"{unit}.npz")
+
+
+def save(path: str, rows: Rows) -> str:
+  """Writes ``rows`` to ``path`` atomically (mask and bytes as uint8: exact); returns path."""
+  mask = np.asarray(rows.mask_NxT)
+  if not np.all((mask == 0) | (mask == 1)):
+    raise ValueError(f"{path}: the code mask must be 0/1 to be stored")
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  tmp = path + ".tmp.npz"
+  np.savez_compressed(tmp, loss_NxT=np.asarray(rows.loss_NxT, np.float32),
+                      mask_NxT=mask.astype(np.uint8),
+                      bytes_NxT=np.asarray(rows.bytes_NxT).astype(np.uint8))
+  os.replace(tmp, path)
+  return path
+
+
+def load(path: str) -> Rows:
+  with np.load(path) as data:
+    return Rows(data["loss_NxT"], data["mask_NxT"].astype(np.float64),
+                data["bytes_NxT"].astype(np.float64))
+
+
+def loader(workdir: str):
+  """unit name -> its stored ``Rows`` (None where a unit has none)."""
+  def read(name: str) -> Rows | None:
+    path = path_for(workdir, name)
+    return load(path) if os.path.exists(path) else None
+  return read
 
 
 def group_by_phase(values_NxT: np.ndarray, mask_NxT: np.ndarray,
@@ -58,6 +120,7 @@ class PhaseLoss:
   bytes_B: np.ndarray  # UTF-8 bytes those tokens predict, per batch
   rows_per_batch: int
   seq_len: int
+  rows: Rows | None = None  # the per-token rows behind the sums (``measure`` keeps them)
 
   @property
   def mean_loss_BxP(self) -> np.ndarray:
@@ -107,10 +170,15 @@ def code_mask(batch: dict[str, np.ndarray]) -> np.ndarray:
   return mask
 
 
-def target_bytes(batch: dict[str, np.ndarray], mask: np.ndarray) -> float:
+def token_bytes(batch: dict[str, np.ndarray]) -> np.ndarray:
+  """UTF-8 bytes each target predicts (float [B, T])."""
   if "target_bytes" in batch:
-    return float((np.asarray(batch["target_bytes"], np.float64) * mask).sum())
-  return float((mask * (np.asarray(batch["targets"]) < BYTE_TOKENS)).sum())
+    return np.asarray(batch["target_bytes"], np.float64)
+  return (np.asarray(batch["targets"]) < BYTE_TOKENS).astype(np.float64)
+
+
+def target_bytes(batch: dict[str, np.ndarray], mask: np.ndarray) -> float:
+  return float((token_bytes(batch) * mask).sum())
 
 
 def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) -> PhaseLoss:
@@ -125,17 +193,21 @@ def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) ->
     return optax.softmax_cross_entropy_with_integer_labels(
         logits_BxTxV.astype(jnp.float32), batch["targets"])
 
-  sums, counts, nbytes = [], [], []
+  sums, counts, nbytes, rows = [], [], [], []
   with rt.context():
     for i in range(num_batches):
       batch = rt.batch("heldout", i)
-      loss_BxT = np.asarray(jax.device_get(token_loss(trained.params, batch)))
       host = {k: np.asarray(jax.device_get(v)) for k, v in batch.items()}
       mask = code_mask(host)
+      # float32 as stored (``save``), zero off the mask: the sums and the signature are
+      # computed from exactly the stored values.
+      loss_BxT = np.where(mask > 0, np.asarray(jax.device_get(token_loss(trained.params, batch)),
+                                               np.float32), np.float32(0))
       loss_sum, count = group_by_phase(loss_BxT, mask, period)
       sums.append(loss_sum)
       counts.append(count)
       nbytes.append(target_bytes(host, mask))
+      rows.append(Rows(loss_BxT, mask, token_bytes(host)))
   return PhaseLoss(period, np.stack(sums), np.stack(counts), np.array(nbytes),
                    rows_per_batch=trained.config.data.batch_size,
-                   seq_len=trained.config.data.seq_len)
+                   seq_len=trained.config.data.seq_len, rows=stack(rows))

@@ -206,6 +206,33 @@ def plot_variant_comparison(path, curves: Mapping[str, Analysis], *,
   return _save(figure, path)
 
 
+def plot_grouped_phases(path, curves: Mapping[str, tuple], *, ylabel: str,
+                        xlabel: str = "phase", title: str = "") -> str:
+  """Grouped bars per phase, one colour per series, with interval error bars.
+
+  Args:
+    curves: series name -> (values_G, low_G, high_G) over the same phases 0..G-1.
+  """
+  figure = _figure(7.0, 3.2)
+  axes = figure.subplots()
+  width = 0.8 / max(len(curves), 1)
+  for i, (name, (values, low, high)) in enumerate(curves.items()):
+    values = _floats(values)
+    errors = np.nan_to_num(np.maximum(np.stack([values - _floats(low), _floats(high) - values]),
+                                      0.0))
+    positions = np.arange(values.size) + (i - (len(curves) - 1) / 2) * width
+    axes.bar(positions, values, width=width, yerr=errors, capsize=2, color=f"C{i % 10}",
+             label=name)
+  phases = max((len(v[0]) for v in curves.values()), default=0)
+  axes.set_xticks(np.arange(phases), [str(p) for p in range(phases)])
+  axes.axhline(0.0, color="0.4", lw=0.8)
+  axes.set_xlabel(xlabel)
+  axes.set_ylabel(ylabel)
+  axes.set_title(title, fontsize=10)
+  axes.legend(fontsize=7, ncol=2)
+  return _save(figure, path)
+
+
 def write_analysis_plots(analysis: Analysis, directory, name: str) -> dict[str, str]:
   """The standard figures of one ``analyze`` result; returns caption -> PNG path.
 

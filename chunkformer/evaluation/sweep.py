@@ -5,8 +5,9 @@
 2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
    (which resumes an interrupted run), showing the variant, step and ETA;
 3. evaluates every variant (``variant_eval``: needle shift sweep, prefix probe, slot gains),
-   storing its record in ``DIR/records/<variant>.json`` and its correctness matrices in
-   ``DIR/correct/<variant>.npz``;
+   storing its record in ``DIR/records/<variant>.json``, its correctness matrices in
+   ``DIR/correct/<variant>.npz`` and, for language models, its held-out per-token loss rows
+   in ``DIR/lm_loss/<variant>.npz``;
 4. writes ``DIR/results.json`` (``results_file``: the records, verdict lines and claims),
    ``DIR/report.md`` with the comparison table, claims, verdicts and figures, and the figures
    under ``DIR/plots/``.
@@ -37,6 +38,8 @@ from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation import (
   correctness,
+  lm_phase_loss,
+  lm_tables,
   plots,
   report,
   results_file,
@@ -251,7 +254,8 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
     start = time.time()
     record = variant_eval.evaluate(trained_lib.load(variant.workdir), variant, sweep,
                                    os.path.join(workdir, PLOTS_DIR),
-                                   correctness.path_for(workdir, variant.name))
+                                   correctness.path_for(workdir, variant.name),
+                                   lm_phase_loss.path_for(workdir, variant.name))
     record = dataclasses.replace(record, eval_wall_s=time.time() - start,
                                  train_wall_s=_train_time(variant))
     path = record_path(workdir, variant.name)
@@ -436,7 +440,10 @@ def _write_outputs(sweep: sweep_config.Sweep, workdir: str, records: list[Varian
   text = report.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall) + intro_note,
                               images=overview, directory=workdir, claims=claims)
-  _write_atomic(report_path, text + _extra_sections(records, claims, load, pooled))
+  lm = lm_tables.sections(records, lm_phase_loss.loader(workdir), plots_dir, workdir,
+                         seed=s.seed, num_resamples=s.num_resamples,
+                         num_permutations=s.num_permutations)
+  _write_atomic(report_path, text + _extra_sections(records, claims, load, pooled) + lm)
   return Outcome(results_path, report_path, report.comparison_table(records), records, lines,
                  wall, claims)
 

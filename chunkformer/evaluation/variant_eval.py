@@ -10,7 +10,9 @@ identity fields variant, seed, key_len, value_len, task) and:
   ``needle_phases``: accuracy by N mod M and by each needle's own phase); ``slot_gain``;
   ``heldout``: the training run's final held-out metrics;
 - language models (task code/corpus, ``sweep.phase_loss_batches > 0``): ``lm_phase_loss``,
-  held-out code loss by position mod M per batch and bits per byte (``lm_phase_loss``);
+  held-out code loss by position mod M per batch and bits per byte, and its ``signature``
+  (detrended excess loss per phase, amplitude, permutation p; ``loss_phase``), the per-token
+  rows stored in ``DIR/lm_loss/`` (``lm_phase_loss``);
 - ``images``: caption -> PNG path, for the report.
 
 Phases: the top-level per-phase fields, ``max_gap`` and ``p_value`` group offsets by
@@ -132,9 +134,11 @@ def _phase_sizes(variant: Variant, sweep: Sweep) -> list[int]:
 
 
 def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
-             plots_dir: str, correct_path: str | None = None) -> VariantRecord:
+             plots_dir: str, correct_path: str | None = None,
+             lm_loss_path: str | None = None) -> VariantRecord:
   """The variant's record (module docstring); figures go to ``plots_dir``, the correctness
-  matrices behind every statistic to ``correct_path`` (``correctness``) when given."""
+  matrices behind every statistic to ``correct_path`` (``correctness``) and a language
+  model's held-out per-token loss rows to ``lm_loss_path`` (``lm_phase_loss``) when given."""
   settings = sweep.settings
   sizes = _phase_sizes(variant, sweep)
   analyze_kw = dict(seed=settings.seed, num_resamples=settings.num_resamples,
@@ -243,8 +247,11 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
       fields["heldout_compression_ratio"] = as_float(needle_sweep.compression_ratio(out["ends"]))
 
   if settings.phase_loss_batches and variant.config.data.task != "kv":
-    fields["lm_phase_loss"] = lm_phase_loss.measure(trained, settings.phase_loss_batches,
-                                                    sizes[0]).as_record()
+    phase_loss = lm_phase_loss.measure(trained, settings.phase_loss_batches, sizes[0])
+    fields["lm_phase_loss"] = {**phase_loss.as_record(),
+                               "signature": phase_loss.rows.signature(sizes[0], **analyze_kw)}
+    if lm_loss_path is not None:
+      lm_phase_loss.save(lm_loss_path, phase_loss.rows)
   if correct_path is not None:
     correctness.save(correct_path, matrices)
   return VariantRecord(
