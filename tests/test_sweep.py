@@ -390,7 +390,8 @@ def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, *
   """A record with these numbers (the rest from a constant matrix); ``setup`` as VariantSetup."""
   base = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                        num_permutations=10)
-  phase = dataclasses.replace(base.phase, gap=Interval(gap, None, None), p_value=p)
+  gap = Interval(*gap) if isinstance(gap, tuple) else Interval(gap, None, None)
+  phase = dataclasses.replace(base.phase, gap=gap, p_value=p)
   analysis = dataclasses.replace(
       base, phase=phase, detected_period=period, mean_accuracy=Interval(far, None, None),
       by_chunk_size=(dataclasses.replace(base.by_chunk_size[0], table=phase, p_value=p),))
@@ -401,8 +402,8 @@ def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, *
 def test_verdicts_follow_the_numbers():
   lines = verdicts.decide([
       _record("full", attention="full", m=None, p=0.6, period=None, gap=0.02, far=0.99),
-      _record("m2", m=2, period=2, gap=0.2),
-      _record("m4"),
+      _record("m2", m=2, period=2, gap=(0.2, 0.1, 0.3)),
+      _record("m4", gap=(0.5, 0.4, 0.6)),
       _record("m8", m=8, period=4, p=0.2),
       _record("norope", rope=False, p=0.3, period=None),
       _record("dyn", attention="dynamic", p=0.5, period=None, gap=0.05, far=0.8),
@@ -418,6 +419,11 @@ def test_verdicts_follow_the_numbers():
   assert said("INCONCLUSIVE (no data): still periodic with uniform pooling")
   assert not said("NOT TESTED")
   assert said("REPRODUCED: gap(M=2) < gap(M=4)")
+  # Overlapping gap intervals: the order alone is not a finding.
+  overlap = verdicts.decide([_record("m2", m=2, period=2, gap=(0.2, 0.1, 0.45)),
+                             _record("m4", gap=(0.5, 0.4, 0.6))])
+  assert any(line.startswith("INCONCLUSIVE (the predicted order, intervals overlap): gap(M=2)")
+             for line in overlap)
   assert any(line.startswith("CURE: dyn") and "removes the periodic blind spot at no accuracy "
              "cost" in line for line in lines)
 

@@ -198,12 +198,17 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
       ok = ga.value is not None and gb.value is not None and ga.value < gb.value
       separated = ok and ga.high is not None and gb.low is not None and ga.high < gb.low
       reverse = (not ok and None not in (ga.low, gb.high) and gb.high < ga.low)
-      line = (f"{'REPRODUCED' if ok else 'NOT REPRODUCED'}: gap(M=2) < gap(M=4) "
+      significant = separated or reverse
+      # The word follows the intervals, as the claim's does: a point difference inside
+      # overlapping intervals is not a finding either way.
+      word = ("REPRODUCED" if separated else "NOT REPRODUCED" if reverse else
+              f"INCONCLUSIVE ({'the predicted' if ok else 'the opposite'} order, intervals "
+              "overlap)")
+      line = (f"{word}: gap(M=2) < gap(M=4) "
               f"({_needle(a)}): {interval(ga.value, ga.low, ga.high)} "
               f"({a.name}) vs "
               f"{interval(gb.value, gb.low, gb.high)} ({b.name})"
-              f"{'; intervals separate' if separated else '; intervals overlap' if ok else ''}")
-      significant = separated or reverse
+              f"{'; intervals separate' if significant else ''}")
       numbers = {"m2": _core_numbers(a), "m4": _core_numbers(b),
                  "intervals_separate": bool(significant)}
       reason = ("gap intervals separate" if significant else
