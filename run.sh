@@ -37,7 +37,7 @@ case "$job" in
       --workdir "${CHUNKFORMER_WORKDIR:-runs/demo}" "$@" ;;
   test)
     "$VENV/bin/ruff" check chunkformer kernels configs tests bench scripts train.py eval.py
-    CHUNKFORMER_FAST=1 exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile \
+    CHUNKFORMER_FAST=1 exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile --durations=15 \
       tests --nbmake notebooks "$@" ;;
   python)
     exec "$VENV/bin/python" "$@" ;;
