@@ -108,7 +108,9 @@ def test_tables_and_figure(units, tmp_path):
   assert "## Loss by position mod 4 (language models, per unit)" in text
   assert "| fixed_m4_seed2 |" in text and "| full_seed0 |" in text
   fixed_row = next(line for line in text.splitlines() if line.startswith("| fixed_m4 |"))
-  assert "| 3/3 | REPRODUCED |" in fixed_row
+  assert "| 3/3 | present |" in fixed_row
+  full_row = next(line for line in text.splitlines() if line.startswith("| full |"))
+  assert "| 0/3 | absent |" in full_row
   assert "![loss by position mod M, seeds pooled](plots/lm_loss_by_phase.png)" in text
   assert (tmp_path / "plots" / "lm_loss_by_phase.png").stat().st_size > 0
   # Without language-model records, nothing.
