@@ -83,14 +83,32 @@ def test_pooled_signature_finds_the_planted_period_and_not_in_the_control(units)
   assert fixed["agreement"].count == "3/3"
   assert full["agreement"].verdict == seed_agreement.NOT_REPRODUCED
   # Paired against full attention on the same rows: amplitude difference near 0.08, above 0.
-  diff = fixed["versus_control"]
+  diff = fixed["versus_control"]["amplitude"]
   assert diff["difference_low"] > 0 and diff["difference"] == pytest.approx(PLANTED, abs=0.03)
-  same = loss_phase.amplitude_difference(
-      lm_phase_loss.stack([rows[f"fixed_m4_seed{s}"] for s in range(3)]).loss_NxT,
-      lm_phase_loss.stack([rows[f"full_seed{s}"] for s in range(3)]).loss_NxT,
-      lm_phase_loss.stack([rows[f"full_seed{s}"] for s in range(3)]).mask_NxT, M,
-      seed=0, num_resamples=200)
-  assert diff == same
+  a = lm_phase_loss.stack([rows[f"fixed_m4_seed{s}"] for s in range(3)])
+  b = lm_phase_loss.stack([rows[f"full_seed{s}"] for s in range(3)])
+  assert diff == loss_phase.amplitude_difference(a.loss_NxT, b.loss_NxT, b.mask_NxT, M, seed=0,
+                                                 num_resamples=200)
+  # Bits per byte, paired: (sum of loss differences) / ln 2 / bytes, inside its interval.
+  bpb = fixed["versus_control"]["bits_per_byte"]
+  expected = (a.loss_NxT.astype(np.float64) - b.loss_NxT).sum() / a.mask_NxT.sum() / np.log(2)
+  assert bpb["difference"] == pytest.approx(expected)
+  assert bpb["difference_low"] < expected < bpb["difference_high"]
+
+
+def test_paired_bits_per_byte_difference_by_hand():
+  loss_a = np.array([[1.0, 2.0], [3.0, 5.0]])
+  loss_b = np.array([[1.0, 1.0], [1.0, 1.0]])
+  mask = np.array([[1.0, 1.0], [1.0, 0.0]])
+  # Differences on scored targets: 0 + 1 + 2 = 3 nats over 3 bytes (the masked 4 ignored).
+  out = loss_phase.bits_per_byte_difference(loss_a, loss_b, mask, num_resamples=50)
+  assert out["difference"] == pytest.approx(1.0 / np.log(2))
+  # Two bytes per target halves it.
+  two = loss_phase.bits_per_byte_difference(loss_a, loss_b, mask, np.full((2, 2), 2.0),
+                                            num_resamples=50)
+  assert two["difference"] == pytest.approx(0.5 / np.log(2))
+  same = loss_phase.bits_per_byte_difference(loss_a, loss_a, mask, num_resamples=50)
+  assert same == {"difference": 0.0, "difference_low": 0.0, "difference_high": 0.0}
 
 
 def test_rows_of_other_held_out_sequences_are_not_paired(units):

@@ -10,8 +10,9 @@ For language-model units (records with ``lm_phase_loss``), from the stored per-t
   different sequences, so stacking gives more independent rows): the pooled signature, how
   many seeds show it (p < ALPHA) with the seed-agreement verdict of "the loss has a period-M
   signature" (``seed_agreement``: >= 2 of 3 seeds and the pooled test), and the paired
-  amplitude difference against the control (full attention without key shift) on the same
-  rows (``loss_phase.amplitude_difference``: seeds matched, rows resampled together);
+  amplitude and bits-per-byte differences against the control (full attention without key
+  shift) on the same rows (``loss_phase.amplitude_difference``, ``bits_per_byte_difference``:
+  seeds matched, rows resampled together);
 - ``plot_excess``: the pooled excess per phase of every variant, with intervals.
 Statistics are recomputed here from the rows with the sweep's seed and resample counts, so the
 tables follow from DIR alone.
@@ -93,7 +94,7 @@ def _control(groups: Mapping[str, list[VariantRecord]]) -> str | None:
 
 def _paired(runs: Sequence[VariantRecord], control: Sequence[VariantRecord], load: RowsLoader,
             period: int, **kwargs) -> dict[str, float] | None:
-  """amplitude(variant) - amplitude(control) over the seeds both have, rows paired."""
+  """Amplitude and bits/byte of variant minus control over the seeds both have, rows paired."""
   by_seed = {r.setup.seed: r for r in control}
   pairs = [(load(r.name), load(by_seed[r.setup.seed].name)) for r in runs
            if r.setup.seed in by_seed]
@@ -101,9 +102,12 @@ def _paired(runs: Sequence[VariantRecord], control: Sequence[VariantRecord], loa
   if not pairs:
     return None
   a, b = stack([p[0] for p in pairs]), stack([p[1] for p in pairs])
-  if not np.array_equal(a.mask_NxT, b.mask_NxT):
+  if not (np.array_equal(a.mask_NxT, b.mask_NxT) and np.array_equal(a.bytes_NxT, b.bytes_NxT)):
     return None  # not the same held-out rows: no paired comparison
-  return loss_phase.amplitude_difference(a.loss_NxT, b.loss_NxT, a.mask_NxT, period, **kwargs)
+  return {"amplitude": loss_phase.amplitude_difference(a.loss_NxT, b.loss_NxT, a.mask_NxT,
+                                                       period, **kwargs),
+          "bits_per_byte": loss_phase.bits_per_byte_difference(a.loss_NxT, b.loss_NxT,
+                                                               a.mask_NxT, a.bytes_NxT, **kwargs)}
 
 
 def pooled_signatures(records: Sequence[VariantRecord], load: RowsLoader, *, seed: int = 0,
@@ -141,15 +145,20 @@ def variant_table(pooled: Mapping[str, Mapping[str, Any]]) -> list[str]:
            "Each variant's seeds' held-out rows stacked. Signature: present / absent by the "
            f"study's seed rule (p < {ALPHA} in >= 2 of 3 seeds and in the pooled test; "
            "undecided when they disagree). Versus "
-           f"{control or 'the control'}: amplitude difference on the same held-out rows (seeds "
+           f"{control or 'the control'}: amplitude and bits/byte differences on the same "
+           "held-out rows (seeds "
            "matched; paired basic bootstrap interval).", "",
            "| variant | seeds | bits/byte | excess by phase (mnats) | amplitude | p (pooled) | "
-           f"seeds with p < {ALPHA} | signature | amplitude - {control or 'control'} |",
-           "|:--|--:|--:|:--|--:|--:|--:|:--|--:|"]
+           f"seeds with p < {ALPHA} | signature | amplitude - {control or 'control'} | "
+           f"bits/byte - {control or 'control'} |",
+           "|:--|--:|--:|:--|--:|--:|--:|:--|--:|--:|"]
   for name, entry in pooled.items():
     s, agree, diff = entry["signature"], entry["agreement"], entry["versus_control"]
-    versus = MISSING if diff is None else interval(diff["difference"], diff["difference_low"],
-                                                   diff["difference_high"])
+    versus = " | ".join(
+        MISSING if diff is None else interval(diff[key]["difference"],
+                                              diff[key]["difference_low"],
+                                              diff[key]["difference_high"])
+        for key in ("amplitude", "bits_per_byte"))
     lines.append(
         f"| {name} | {len(entry['runs'])} | "
         f"{interval(s['bits_per_byte'], s['bits_per_byte_low'], s['bits_per_byte_high'])} | "

@@ -237,3 +237,26 @@ def amplitude_difference(loss_a_NxT, loss_b_NxT, mask_NxT, chunk_size: int, *, o
                            confidence)
   return {"difference": diff, "difference_low": 2 * diff - float(high[0]),
           "difference_high": 2 * diff - float(low[0])}
+
+
+def bits_per_byte_difference(loss_a_NxT, loss_b_NxT, mask_NxT, target_bytes_NxT=None, *,
+                             num_resamples: int = 1000, confidence: float = 0.95,
+                             seed: int = 0) -> dict[str, float]:
+  """bits/byte(A) - bits/byte(B) of two models scored on the same held-out rows (paired).
+
+  The same row multiplicities resample both models (as ``amplitude_difference``), so the rows'
+  shared difficulty cancels; percentile interval. < 0 when A compresses the code better.
+  """
+  loss_a, mask = _as_losses(loss_a_NxT, mask_NxT)
+  loss_b, _ = _as_losses(loss_b_NxT, mask_NxT)
+  nbytes = mask if target_bytes_NxT is None else np.asarray(target_bytes_NxT, np.float64) * mask
+  if nbytes.shape != loss_a.shape or nbytes.sum() <= 0:
+    _fail("target_bytes_NxT", f"expected the shape of loss_NxT {loss_a.shape} and > 0 bytes")
+  weights_RxN = _bootstrap_weights_RxY(loss_a.shape[0], num_resamples, seed)
+  row_diff_N = ((loss_a - loss_b) * mask).sum(axis=1) / math.log(2.0)
+  row_bytes_N = nbytes.sum(axis=1)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    samples_R = (weights_RxN @ row_diff_N) / (weights_RxN @ row_bytes_N)
+  low, high = _percentiles(samples_R[:, None], confidence)
+  return {"difference": float(row_diff_N.sum() / row_bytes_N.sum()),
+          "difference_low": float(low[0]), "difference_high": float(high[0])}
