@@ -1,4 +1,5 @@
-"""The committed sweep outputs (results/demo, results/study) still load and recompute.
+"""The committed sweep outputs (results/demo, results/study, results/code_lm) still load and
+recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
 so any change to stats, verdicts or report that alters them shows up here, without retraining.
@@ -16,6 +17,8 @@ import pytest
 from chunkformer.evaluation import claims as claims_lib
 from chunkformer.evaluation import (
     correctness,
+    lm_phase_loss,
+    lm_tables,
     report,
     results_file,
     seed_pooling,
@@ -26,7 +29,7 @@ from chunkformer.evaluation import (
 from chunkformer.evaluation.variant_record import VariantRecord
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-SWEEPS = ["demo", "study"]
+SWEEPS = ["demo", "study", "code_lm"]
 
 
 def _path(sweep: str) -> str:
@@ -91,6 +94,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
     ("study", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
                "C5": "INCONCLUSIVE", "C7": "INCONCLUSIVE", "C8": "REPRODUCED",
                "C9": "INCONCLUSIVE"}),
+    ("code_lm", {"C7": "INCONCLUSIVE"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
@@ -158,3 +162,28 @@ def _assert_same(a, b, where: str) -> None:
     assert a == pytest.approx(b, rel=1e-9, abs=1e-12, nan_ok=True), where
   else:
     assert a == b, where
+
+
+def test_committed_lm_loss_tables_recompute_from_the_stored_rows(tmp_path):
+  """results/code_lm: each record's signature and the report's loss-by-position tables follow
+  from the per-token rows in lm_loss/ (every unit seeded 0..2, C7 undecided: not learned)."""
+  directory = os.path.join(RESULTS, "code_lm")
+  results = results_file.load(_path("code_lm"))
+  s = results.settings
+  resampling = dict(seed=s["seed"], num_resamples=s["num_resamples"],
+                    num_permutations=s["num_permutations"])
+  load = lm_phase_loss.loader(directory)
+  seeds = {}
+  for r in results.variants:
+    seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
+    assert r.lm_phase_loss["signature"] == load(r.name).signature(4, **resampling), r.name
+  assert seeds == {v: {0, 1, 2} for v in ("full", "fixed_m4", "dynamic_m4", "fixed_m4_shift",
+                                          "full_shift")}
+  tables = lm_tables.sections(results.variants, load, str(tmp_path), directory, **resampling)
+  with open(os.path.join(directory, "report.md")) as f:
+    text = f.read()
+  assert "seeds pooled)" in tables
+  for line in tables.splitlines():
+    if not line.startswith("!["):  # the figure went to tmp_path
+      assert line in text
+  assert "not learned" in {c.id: c for c in results.claims}["C7"].reason
