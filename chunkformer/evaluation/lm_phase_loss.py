@@ -16,7 +16,7 @@ batches, 1 per byte token otherwise).
 
 Raw phase means carry the loss's fall over the first positions of a row (position 0 has no
 context: its loss alone lifts phase 0's mean by about (loss_0 - mean) / (T / M)). The
-*signature* (``PhaseLoss.signature``) is therefore ``loss_phase.loss_by_phase`` of the per-token
+*signature* (``Rows.signature``) is therefore ``loss_phase.loss_by_phase`` of the per-token
 rows: the per-position curve detrended by a one-period moving average, the excess loss per
 phase with row-bootstrap intervals, its amplitude and a permutation p-value. The rows
 (``Rows``: loss, code mask and bytes per target, [N, T]) are stored beside results.json as
