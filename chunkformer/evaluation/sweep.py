@@ -261,19 +261,16 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
     path = record_path(workdir, variant.name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     stored = dataclasses.replace(record, images=_relative_images(record.images, workdir))
-    _write_atomic(path, json.dumps({"sweep_settings": _settings_json(sweep),
-                                    "record": stored.to_json()}, indent=1) + "\n")
+    settings = _record_settings(dataclasses.asdict(sweep.settings))
+    _write_atomic(path, json.dumps({"sweep_settings": settings, "record": stored.to_json()},
+                                   indent=1) + "\n")
     records.append(record)
   return records
 
 
 def _record_settings(settings: Mapping) -> dict:
-  """The settings a record depends on: all but the variant order, which does not change one."""
-  return {k: v for k, v in settings.items() if k != "order"}
-
-
-def _settings_json(sweep: sweep_config.Sweep) -> dict:
-  return _record_settings(json.loads(json.dumps(dataclasses.asdict(sweep.settings))))
+  """The settings a record depends on, as JSON: all but the variant order (it changes none)."""
+  return {k: v for k, v in json.loads(json.dumps(dict(settings))).items() if k != "order"}
 
 
 def merged_entries(workdir: str) -> dict[str, dict]:
@@ -306,7 +303,7 @@ def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant, work
     stored = merged[variant.name]
   else:
     return None, "not evaluated"
-  settings = _settings_json(sweep)
+  settings = _record_settings(dataclasses.asdict(sweep.settings))
   changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
   if changed:
     return None, f"evaluated under other sweep settings: {', '.join(changed)}"
