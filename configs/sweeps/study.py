@@ -24,9 +24,8 @@ calibration"), but a 2000-step schedule reached only 0.735 (the previous revisio
 study), so the budget is 3000 steps, half way between, for every 2-token unit.
 With 3-token needles full attention did not learn at this size (0.15 after 1500 steps), so
 they are not in the study.
-C9 map: fixed M = 4 with key shift widths 3 and 4 on 1-token needles (one seed each; width 2
-has two seeds above), widths 2, 3 and 4 on 2-token needles and the router on 2-token needles
-(two seeds each).
+C9 map (two seeds each): fixed M = 4 with key shift widths 3 and 4 on 1-token needles (width 2
+is above), widths 2, 3 and 4 on 2-token needles, and the router on 2-token needles.
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
@@ -103,8 +102,8 @@ VARIANTS = {
     "fixed_m4_kv2": (_fixed(4, **KV2), 3),
     "fixed_m8_kv2": (_fixed(8, **KV2), 2),
     # C9 map: key shift width x needle length, and the router on 2-token needles.
-    "fixed_m4_shift3": (_fixed(4, **{"model.key_shift": 3}), 1),
-    "fixed_m4_shift4": (_fixed(4, **{"model.key_shift": 4}), 1),
+    "fixed_m4_shift3": (_fixed(4, **{"model.key_shift": 3}), 2),
+    "fixed_m4_shift4": (_fixed(4, **{"model.key_shift": 4}), 2),
     "fixed_m4_kv2_shift2": (_fixed(4, **KV2, **SHIFT), 2),
     "fixed_m4_kv2_shift3": (_fixed(4, **KV2, **{"model.key_shift": 3}), 2),
     "fixed_m4_kv2_shift4": (_fixed(4, **KV2, **{"model.key_shift": 4}), 2),
