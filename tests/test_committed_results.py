@@ -117,6 +117,7 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert seeds["full_kv2"] == seeds["fixed_m2_kv2"] == seeds["fixed_m4_kv2"] == {0, 1, 2}
     # The C9 map's 2-token cells: key shift 2, 3, 4 and the router, 2 seeds each.
     assert all(seeds[f"fixed_m4_kv2_{cell}"] == {0, 1} for cell in ("shift2", "shift3", "shift4"))
+    assert seeds["fixed_m4_shift3"] == seeds["fixed_m4_shift4"] == {0, 1}
     assert seeds["dynamic_m4_kv2"] == {0, 1}
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
