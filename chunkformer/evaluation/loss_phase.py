@@ -134,20 +134,28 @@ def _jsonable(values) -> list:
   return [None if not math.isfinite(v) else float(v) for v in np.asarray(values, np.float64)]
 
 
-def bits_per_byte(loss_NxT, mask_NxT, target_bytes_NxT=None, *, num_resamples: int = 1000,
-                  confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-  """(bits per byte, low, high): row-bootstrap percentile interval (module docstring)."""
-  loss, mask = _as_losses(loss_NxT, mask_NxT)
+def _per_byte(nats_NxT: np.ndarray, mask: np.ndarray, target_bytes_NxT, *, num_resamples: int,
+              confidence: float, seed: int) -> tuple[float, float, float]:
+  """(sum of ``nats`` over scored targets in bits / their bytes, low, high): row-bootstrap
+  percentile interval of that ratio."""
   nbytes = mask if target_bytes_NxT is None else np.asarray(target_bytes_NxT, np.float64) * mask
-  if nbytes.shape != loss.shape or nbytes.sum() <= 0:
-    _fail("target_bytes_NxT", f"expected the shape of loss_NxT {loss.shape} and > 0 bytes")
-  weights_RxN = _bootstrap_weights_RxY(loss.shape[0], num_resamples, seed)
-  row_bits_N = (loss * mask).sum(axis=1) / math.log(2.0)
+  if nbytes.shape != nats_NxT.shape or nbytes.sum() <= 0:
+    _fail("target_bytes_NxT", f"expected the shape of loss_NxT {nats_NxT.shape} and > 0 bytes")
+  weights_RxN = _bootstrap_weights_RxY(nats_NxT.shape[0], num_resamples, seed)
+  row_bits_N = (nats_NxT * mask).sum(axis=1) / math.log(2.0)
   row_bytes_N = nbytes.sum(axis=1)
   with np.errstate(invalid="ignore", divide="ignore"):
     samples_R = (weights_RxN @ row_bits_N) / (weights_RxN @ row_bytes_N)
   low, high = _percentiles(samples_R[:, None], confidence)
   return float(row_bits_N.sum() / row_bytes_N.sum()), float(low[0]), float(high[0])
+
+
+def bits_per_byte(loss_NxT, mask_NxT, target_bytes_NxT=None, *, num_resamples: int = 1000,
+                  confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+  """(bits per byte, low, high): row-bootstrap percentile interval (module docstring)."""
+  loss, mask = _as_losses(loss_NxT, mask_NxT)
+  return _per_byte(loss, mask, target_bytes_NxT, num_resamples=num_resamples,
+                   confidence=confidence, seed=seed)
 
 
 def loss_by_phase(loss_NxT, mask_NxT, chunk_size: int, *, origin: int = 0,
@@ -249,14 +257,6 @@ def bits_per_byte_difference(loss_a_NxT, loss_b_NxT, mask_NxT, target_bytes_NxT=
   """
   loss_a, mask = _as_losses(loss_a_NxT, mask_NxT)
   loss_b, _ = _as_losses(loss_b_NxT, mask_NxT)
-  nbytes = mask if target_bytes_NxT is None else np.asarray(target_bytes_NxT, np.float64) * mask
-  if nbytes.shape != loss_a.shape or nbytes.sum() <= 0:
-    _fail("target_bytes_NxT", f"expected the shape of loss_NxT {loss_a.shape} and > 0 bytes")
-  weights_RxN = _bootstrap_weights_RxY(loss_a.shape[0], num_resamples, seed)
-  row_diff_N = ((loss_a - loss_b) * mask).sum(axis=1) / math.log(2.0)
-  row_bytes_N = nbytes.sum(axis=1)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    samples_R = (weights_RxN @ row_diff_N) / (weights_RxN @ row_bytes_N)
-  low, high = _percentiles(samples_R[:, None], confidence)
-  return {"difference": float(row_diff_N.sum() / row_bytes_N.sum()),
-          "difference_low": float(low[0]), "difference_high": float(high[0])}
+  diff, low, high = _per_byte(loss_a - loss_b, mask, target_bytes_NxT,
+                              num_resamples=num_resamples, confidence=confidence, seed=seed)
+  return {"difference": diff, "difference_low": low, "difference_high": high}
