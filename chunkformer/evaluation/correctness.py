@@ -60,6 +60,12 @@ def save(path: str, matrices: Mapping[str, Matrix]) -> str:
     arrays[f"{name}.offsets_J"] = np.asarray(m.offsets_J, np.int64)
     if m.phases_YxJ is not None:
       arrays[f"{name}.phases_YxJ"] = np.asarray(m.phases_YxJ, np.int64)
+  return save_arrays(path, arrays)
+
+
+def save_arrays(path: str, arrays: Mapping[str, np.ndarray]) -> str:
+  """Writes ``arrays`` as a compressed .npz at ``path`` atomically (folders created): the
+  form of every per-unit data file stored beside results.json. Returns the path."""
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   tmp = path + ".tmp.npz"
   np.savez_compressed(tmp, **arrays)

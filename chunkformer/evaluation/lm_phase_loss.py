@@ -12,7 +12,7 @@ the grid the fixed kind chunks.
 
 Per held-out batch and phase the summed loss (nats) and token count are kept; bits per byte is
 summed loss / ln 2 / predicted bytes (UTF-8 bytes of the targets: ``target_bytes`` on corpus
-batches, 1 per byte token otherwise).
+batches, 1 per byte token otherwise; ``token_bytes``).
 
 Raw phase means carry the loss's fall over the first positions of a row (position 0 has no
 context: its loss alone lifts phase 0's mean by about (loss_0 - mean) / (T / M)). The
@@ -37,7 +37,7 @@ import numpy as np
 import optax
 
 from chunkformer import objective
-from chunkformer.evaluation import loss_phase
+from chunkformer.evaluation import correctness, loss_phase
 from chunkformer.evaluation import trained as trained_lib
 
 BYTE_TOKENS = 256  # byte-level tasks: ids below this are one byte each
@@ -73,13 +73,9 @@ def save(path: str, rows: Rows) -> str:
   mask = np.asarray(rows.mask_NxT)
   if not np.all((mask == 0) | (mask == 1)):
     raise ValueError(f"{path}: the code mask must be 0/1 to be stored")
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  tmp = path + ".tmp.npz"
-  np.savez_compressed(tmp, loss_NxT=np.asarray(rows.loss_NxT, np.float32),
-                      mask_NxT=mask.astype(np.uint8),
-                      bytes_NxT=np.asarray(rows.bytes_NxT).astype(np.uint8))
-  os.replace(tmp, path)
-  return path
+  return correctness.save_arrays(path, {"loss_NxT": np.asarray(rows.loss_NxT, np.float32),
+                                        "mask_NxT": mask.astype(np.uint8),
+                                        "bytes_NxT": np.asarray(rows.bytes_NxT).astype(np.uint8)})
 
 
 def load(path: str) -> Rows:
@@ -177,10 +173,6 @@ def token_bytes(batch: dict[str, np.ndarray]) -> np.ndarray:
   return (np.asarray(batch["targets"]) < BYTE_TOKENS).astype(np.float64)
 
 
-def target_bytes(batch: dict[str, np.ndarray], mask: np.ndarray) -> float:
-  return float((token_bytes(batch) * mask).sum())
-
-
 def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) -> PhaseLoss:
   """Per-token loss of held-out batches 0..num_batches-1, grouped (module docstring)."""
   if num_batches < 1:
@@ -203,11 +195,12 @@ def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) ->
       # computed from exactly the stored values.
       loss_BxT = np.where(mask > 0, np.asarray(jax.device_get(token_loss(trained.params, batch)),
                                                np.float32), np.float32(0))
+      bytes_BxT = token_bytes(host)
       loss_sum, count = group_by_phase(loss_BxT, mask, period)
       sums.append(loss_sum)
       counts.append(count)
-      nbytes.append(target_bytes(host, mask))
-      rows.append(Rows(loss_BxT, mask, token_bytes(host)))
+      nbytes.append(float((bytes_BxT * mask).sum()))
+      rows.append(Rows(loss_BxT, mask, bytes_BxT))
   return PhaseLoss(period, np.stack(sums), np.stack(counts), np.array(nbytes),
                    rows_per_batch=trained.config.data.batch_size,
                    seq_len=trained.config.data.seq_len, rows=stack(rows))
