@@ -42,7 +42,8 @@ _PRESENCE = {seed_agreement.REPRODUCED: "present", seed_agreement.NOT_REPRODUCED
 
 
 def _lm_records(records: Sequence[VariantRecord]) -> list[VariantRecord]:
-  return [r for r in records if r.lm_phase_loss is not None]
+  """Language-model records with a stored signature (older records have none)."""
+  return [r for r in records if r.lm_phase_loss is not None and "signature" in r.lm_phase_loss]
 
 
 def _excess(signature: Mapping[str, Any]) -> str:
@@ -60,7 +61,7 @@ def _probe_accuracies(r: VariantRecord) -> tuple[str, str]:
 
 
 def unit_table(records: Sequence[VariantRecord]) -> list[str]:
-  units = [r for r in _lm_records(records) if "signature" in r.lm_phase_loss]
+  units = _lm_records(records)
   if not units:
     return []
   m = units[0].lm_phase_loss["signature"]["chunk_size"]
@@ -114,13 +115,13 @@ def pooled_signatures(records: Sequence[VariantRecord], load: RowsLoader, *, see
                       num_resamples: int = 1000, num_permutations: int = 2000
                       ) -> dict[str, dict[str, Any]]:
   """variant -> {"runs", "signature" (seeds' rows stacked), "agreement", "versus_control"}."""
-  groups = seed_pooling.by_variant([r for r in _lm_records(records)
-                                    if "signature" in r.lm_phase_loss])
+  groups = seed_pooling.by_variant(_lm_records(records))
+  stored = {r.name: load(r.name) for runs in groups.values() for r in runs}  # each file once
   control = _control(groups)
   resampling = dict(seed=seed, num_resamples=num_resamples)
   out = {}
   for name, runs in groups.items():
-    rows = [load(r.name) for r in runs]
+    rows = [stored[r.name] for r in runs]
     if any(x is None for x in rows):
       continue
     period = runs[0].lm_phase_loss["signature"]["chunk_size"]
@@ -130,7 +131,7 @@ def pooled_signatures(records: Sequence[VariantRecord], load: RowsLoader, *, see
         "runs": runs, "signature": pooled,
         "agreement": seed_agreement.seed_agreement(holds, pooled["p_value"] < ALPHA),
         "versus_control": (None if control is None or name == control else
-                           _paired(runs, groups[control], load, period, **resampling)),
+                           _paired(runs, groups[control], stored.get, period, **resampling)),
         "control": control,
     }
   return out
