@@ -104,7 +104,7 @@ class _Logger:
           "%.0f tokens/s  MFU %.1f%%  ETA %s", step, self.total, metrics["loss"],
           metrics["accuracy"], "" if far is None else f"  far_acc {far:.4f}",
           window.stats["grad_norm"], window.stats["learning_rate"], self.rate, tokens_per_sec,
-          100 * mfu, _duration(eta))
+          100 * mfu, format_duration(eta))
     scalars = dict(metrics, **window.stats, steps_per_sec=self.rate,
                    tokens_per_sec=tokens_per_sec, mfu=mfu)
     self._emit(step, "train", metrics, scalars, eta)
@@ -130,7 +130,7 @@ class _Logger:
       self.writer.close()
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
   if not math.isfinite(seconds):
     return "?"
   m, s = divmod(int(seconds), 60)

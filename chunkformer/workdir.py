@@ -166,10 +166,7 @@ def prepare(workdir: str, config: Config, overwrite: bool = False) -> None:
       logging.info("workdir %s: bookkeeping fields changed: %s", workdir, diff)
   if writer:
     os.makedirs(workdir, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(new, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(new, indent=2, sort_keys=True))
   if jax.process_count() > 1:  # nobody opens DIR/checkpoints before a move-aside is done
     multihost_utils.sync_global_devices("chunkformer_workdir_prepared")
 
@@ -187,12 +184,18 @@ def _move_aside(workdir: str) -> None:
   logging.warning("workdir %s: previous run moved to %s", workdir, target)
 
 
+def write_text(path: str, text: str) -> str:
+  """Writes ``text`` to ``path`` atomically: a reader (or a kill) never leaves half a file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(tmp, path)
+  return path
+
+
 def write_json(workdir: str, name: str, payload: dict[str, Any]) -> str:
   """Atomically writes ``payload`` to ``DIR/name`` (process 0 only); returns the path."""
   path = os.path.join(workdir, name)
   if jax.process_index() == 0:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(payload, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(payload, indent=2, sort_keys=True))
   return path

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
+from chunkformer import workdir as workdir_lib
 from chunkformer.evaluation.claims import Claim
 from chunkformer.evaluation.variant_record import VariantRecord
 
@@ -83,8 +83,4 @@ def dumps(results: SweepResults) -> str:
 
 def write(path: str, results: SweepResults) -> str:
   """Writes ``results`` atomically (a reader never sees a half-written file)."""
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(dumps(results))
-  os.replace(tmp, path)
-  return path
+  return workdir_lib.write_text(path, dumps(results))
