@@ -3,11 +3,14 @@
 Reads typed ``variant_record.VariantRecord``s. The table shows per variant: its name, chunking
 (e.g. "fixed", "dynamic/router"), M / target (chunk size M, or the target mean chunk length of a
 dynamic variant), the achieved compression ratio (tokens per entry), far accuracy (the primary
-probe's mean accuracy), the max gap over phases, the periodic share, the detected period and the
-permutation p-value at M. Sections add the intervals, ``by_chunk_size`` and the figures
-(caption -> PNG path; written relative to the report). Claims are the caller's: verdict lines
-and the claim table are printed as given, so the sweep code, not this module, decides what the
-numbers support.
+probe's mean accuracy: a needle counts when its whole answer is right), the max gap over phases,
+the periodic share, the detected period, the permutation p-value at M, and two per-token
+accuracies: the probe's (fraction of answer tokens right) and the training run's held-out far
+accuracy (the accuracy gates'). With multi-token values the needle accuracy is well below the
+token ones (2 value tokens: both must be right). Sections add the intervals, ``by_chunk_size``
+and the figures (caption -> PNG path; written relative to the report). Claims are the
+caller's: verdict lines and the claim table are printed as given, so the sweep code, not this
+module, decides what the numbers support.
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ def _size(value: int | None) -> str:
   return MISSING if value is None else f"{value:g}"
 
 
+def _token_accuracy(r: VariantRecord) -> float | None:
+  values = [v for v in r.token_accuracy_by_offset or () if v is not None]
+  return sum(values) / len(values) if values else None
+
+
+def _heldout_far(r: VariantRecord) -> float | None:
+  return (r.heldout or {}).get("far_accuracy")
+
+
 # Header and cell of each table column.
 TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
     ("variant", lambda r: r.name),
@@ -41,6 +53,8 @@ TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
     ("period", lambda r: "none" if r.analysis.detected_period is None
      else str(r.analysis.detected_period)),
     ("p", lambda r: p_value(r.analysis.p_value)),
+    ("far token acc", lambda r: number(_token_accuracy(r), ".3f")),
+    ("held-out far", lambda r: number(_heldout_far(r), ".3f")),
 )
 # Phase lists longer than this are left to the figure.
 _MAX_LISTED_PHASES = 16

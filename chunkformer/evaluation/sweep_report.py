@@ -64,7 +64,10 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
       f"Needle shift sweep: K = {spec.num_offsets} consecutive offsets at depths "
       f"{', '.join(f'{d:g}' for d in spec.depths)} (0 = far), S = {spec.num_haystacks} "
       f"haystacks, window starts aligned to {spec.align} tokens; the table reads the far "
-      "depth. Prefix probe: "
+      "depth: 'far acc' counts a needle as retrieved when its whole answer is right, 'far "
+      "token acc' is the fraction of answer tokens right, 'held-out far' the training run's "
+      "per-token accuracy on held-out rows with needles beyond data.near_distance (the "
+      "accuracy gates read it). Prefix probe: "
       + (f"N = 0..{sweep.prefix_spec().max_prefix}, {s.prefix_prompts} prompts."
          if s.prefix_prompts else "off."),
       "",
