@@ -222,7 +222,10 @@ def seed_table(records: Sequence[VariantRecord],
     return []
   lines = ["", "## Seeds: per seed, across seeds (Student t) and seed-pooled (bootstrap)", "",
            "Far depth (the primary probe). Pooled: every seed's haystacks analysed as one "
-           "model; its p is the period test at M; '-' = no pooled record (matrices missing).",
+           "model; its p is the period test at M; '-' = no pooled record (matrices missing). "
+           "Gap intervals are basic (reflected) bootstrap intervals: a max-min over phases is "
+           "biased upwards under noise, so an interval can lie below its own point estimate, "
+           "which says that most of that gap is noise.",
            "", "| variant | seeds | far accuracy per seed | mean [95% t] | pooled [95% "
            "bootstrap] | max gap per seed | mean [95% t] | pooled gap [95% bootstrap] | "
            "pooled p |", "|:--|--:|:--|:--|:--|:--|:--|:--|--:|"]
