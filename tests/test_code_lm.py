@@ -114,13 +114,20 @@ def test_loss_by_position_mod_m_equals_a_hand_computation():
   # Columns 0..5 have phases 0 1 2 3 0 1.
   np.testing.assert_allclose(sums, [1 + 5 + 0.5, 2 + 6 + 7, 0.5, 4 + 0.5])
   np.testing.assert_allclose(counts, [3, 3, 1, 2])
-  result = lm_phase_loss.PhaseLoss(4, np.stack([sums, sums]), np.stack([counts, counts]),
-                                   np.array([9.0, 9.0]), rows_per_batch=2, seq_len=6)
+  # Two held-out batches, each these two rows; every target predicts one byte.
+  rows = lm_phase_loss.Rows(np.concatenate([loss, loss]) * np.concatenate([mask, mask]),
+                            np.concatenate([mask, mask]), np.ones((4, 6)))
+  result = lm_phase_loss.PhaseLoss(4, rows, rows_per_batch=2)
+  assert result.seq_len == 6
+  np.testing.assert_allclose(result.loss_sum_BxP, [sums, sums])
+  np.testing.assert_allclose(result.bytes_B, [9.0, 9.0])
   record = result.as_record()
   np.testing.assert_allclose(record["mean_loss_by_phase"], [6.5 / 3, 15 / 3, 0.5, 4.5 / 2])
   assert record["loss"] == pytest.approx(26.5 / 9)
   assert record["bits_per_byte"] == pytest.approx(26.5 / 9 / math.log(2))
   assert record["count_by_batch_and_phase"] == [[3, 3, 1, 2]] * 2
+  with pytest.raises(ValueError, match="rows_per_batch=3"):
+    lm_phase_loss.PhaseLoss(4, rows, rows_per_batch=3)
 
 
 def test_code_mask_drops_the_needle_answers():

@@ -27,6 +27,7 @@ comparisons between models scored on the same rows can be recomputed from DIR al
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from typing import Any
@@ -108,15 +109,51 @@ def group_by_phase(values_NxT: np.ndarray, mask_NxT: np.ndarray,
 
 @dataclasses.dataclass(frozen=True)
 class PhaseLoss:
-  """Held-out code-token loss of one model, by batch and position mod ``period``."""
+  """Held-out code-token loss of one model, by batch and position mod ``period``.
+
+  Everything is derived from ``rows`` (batch b is rows ``b * rows_per_batch`` onwards), so the
+  sums reported here and the signature read the same stored values.
+  """
 
   period: int
-  loss_sum_BxP: np.ndarray  # nats summed per held-out batch and phase
-  count_BxP: np.ndarray  # scored code tokens per batch and phase
-  bytes_B: np.ndarray  # UTF-8 bytes those tokens predict, per batch
+  rows: Rows
   rows_per_batch: int
-  seq_len: int
-  rows: Rows | None = None  # the per-token rows behind the sums (``measure`` keeps them)
+
+  def __post_init__(self):
+    n = self.rows.loss_NxT.shape[0]
+    if self.rows_per_batch < 1 or n % self.rows_per_batch:
+      raise ValueError(f"{n} rows do not split into batches of rows_per_batch="
+                       f"{self.rows_per_batch}")
+
+  @property
+  def seq_len(self) -> int:
+    return self.rows.loss_NxT.shape[1]
+
+  def _batches(self, values_NxT: np.ndarray) -> list[np.ndarray]:
+    return np.split(np.asarray(values_NxT), len(values_NxT) // self.rows_per_batch)
+
+  @functools.cached_property
+  def _sums_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
+    grouped = [group_by_phase(loss, mask, self.period) for loss, mask in
+               zip(self._batches(self.rows.loss_NxT), self._batches(self.rows.mask_NxT),
+                   strict=True)]
+    return np.stack([g[0] for g in grouped]), np.stack([g[1] for g in grouped])
+
+  @property
+  def loss_sum_BxP(self) -> np.ndarray:
+    """Nats summed per held-out batch and phase."""
+    return self._sums_and_counts[0]
+
+  @property
+  def count_BxP(self) -> np.ndarray:
+    """Scored code tokens per batch and phase."""
+    return self._sums_and_counts[1]
+
+  @property
+  def bytes_B(self) -> np.ndarray:
+    """UTF-8 bytes those tokens predict, per batch."""
+    return np.array([float(b.sum()) for b in
+                     self._batches(self.rows.bytes_NxT * self.rows.mask_NxT)])
 
   @property
   def mean_loss_BxP(self) -> np.ndarray:
@@ -185,7 +222,7 @@ def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) ->
     return optax.softmax_cross_entropy_with_integer_labels(
         logits_BxTxV.astype(jnp.float32), batch["targets"])
 
-  sums, counts, nbytes, rows = [], [], [], []
+  rows = []
   with rt.context():
     for i in range(num_batches):
       batch = rt.batch("heldout", i)
@@ -195,12 +232,5 @@ def measure(trained: trained_lib.TrainedModel, num_batches: int, period: int) ->
       # computed from exactly the stored values.
       loss_BxT = np.where(mask > 0, np.asarray(jax.device_get(token_loss(trained.params, batch)),
                                                np.float32), np.float32(0))
-      bytes_BxT = token_bytes(host)
-      loss_sum, count = group_by_phase(loss_BxT, mask, period)
-      sums.append(loss_sum)
-      counts.append(count)
-      nbytes.append(float((bytes_BxT * mask).sum()))
-      rows.append(Rows(loss_BxT, mask, bytes_BxT))
-  return PhaseLoss(period, np.stack(sums), np.stack(counts), np.array(nbytes),
-                   rows_per_batch=trained.config.data.batch_size,
-                   seq_len=trained.config.data.seq_len, rows=stack(rows))
+      rows.append(Rows(loss_BxT, mask, token_bytes(host)))
+  return PhaseLoss(period, stack(rows), rows_per_batch=len(rows[0].loss_NxT))
