@@ -82,6 +82,9 @@ def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   c1 = verdicts.claims(records)[0]  # one seed each: each variant is its own pooled test
   assert c1.verdict == "INCONCLUSIVE"
   assert "the variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
+  # No verdict to agree with: the count is the seeds in which the claim holds (m8's failing
+  # seed agrees with m8's own verdict but not with the claim).
+  assert c1.seeds_agreeing == "1/2"
   # An undecided variant (task not learned) does not block the others' common verdict.
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None, far=0.1)]
   c1 = verdicts.claims(records)[0]

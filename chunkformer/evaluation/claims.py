@@ -71,7 +71,9 @@ class Claim:
   verdict: str  # one of VERDICTS
   reason: str
   numbers: Mapping[str, Any]  # the numbers it rests on, per variant
-  seeds_agreeing: str  # e.g. "2/3": seeds agreeing with the verdict / seeds with data
+  # e.g. "2/3": seeds agreeing with the verdict / seeds with data (INCONCLUSIVE: seeds in
+  # which the claim holds)
+  seeds_agreeing: str
 
   def __post_init__(self):
     if self.verdict not in VERDICTS:
@@ -176,10 +178,13 @@ def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
         theirs = None  # several seeds without a pooled record: no pooled test exists
       rules[variant] = _variant_rule(js, theirs)
     verdict, note = common_verdict({v: r.verdict for v, r in rules.items()}, "variants")
-    counted = ([r for r in rules.values() if r.verdict == verdict]
-               if verdict != INCONCLUSIVE else rules.values())
-    agree = sum(int(r.agreeing.split("/")[0]) for r in counted)
-    agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
+    if verdict == INCONCLUSIVE:  # no verdict to agree with: the seeds in which it holds
+      agreeing = (f"{sum(r.holds for r in rules.values())}/"
+                  f"{sum(r.seeds for r in rules.values())}")
+    else:
+      counted = [r for r in rules.values() if r.verdict == verdict]
+      agree = sum(int(r.agreeing.split("/")[0]) for r in counted)
+      agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
     used: set[str] = set()
     numbers: dict[str, Any] = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}
     for p in pooled:
