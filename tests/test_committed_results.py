@@ -91,7 +91,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
     ("demo", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "INCONCLUSIVE",
               "C5": "INCONCLUSIVE", "C6": "NOT REPRODUCED", "C8": "REPRODUCED",
               "C9": "INCONCLUSIVE"}),
-    ("study", {"C1": "REPRODUCED", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
+    ("study", {"C1": "INCONCLUSIVE", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
                "C5": "INCONCLUSIVE", "C7": "INCONCLUSIVE", "C8": "REPRODUCED",
                "C9": "INCONCLUSIVE"}),
     ("code_lm", {"C7": "INCONCLUSIVE"}),
