@@ -118,14 +118,14 @@ VARIANTS = {
     "fixed_m4_kv2_shift4": (_fixed(4, **KV2, **{"model.key_shift": 4}), 2),
     "dynamic_m4_kv2": (_dynamic(**KV2), 2),
     # 3-token needles (3 layers, module docstring): C1, C5 and the C9 map's third row.
-    "full_kv3": (variant("configs/kv_full.py", {**NO_SHIFT, **KV3}), 1),
-    "fixed_m4_kv3": (_fixed(4, **KV3), 2),
+    "full_kv3": (variant("configs/kv_full.py", {**NO_SHIFT, **KV3}), 3),
+    "fixed_m4_kv3": (_fixed(4, **KV3), 3),
     "fixed_m2_kv3": (_fixed(2, **KV3), 2),
-    "dynamic_m4_kv3": (_dynamic(**KV3), 1),
-    "fixed_m4_kv3_shift2": (_fixed(4, **KV3, **SHIFT), 1),
-    "fixed_m4_kv3_shift3": (_fixed(4, **KV3, **{"model.key_shift": 3}), 1),
-    "fixed_m4_kv3_shift4": (_fixed(4, **KV3, **{"model.key_shift": 4}), 1),
-    "fixed_m8_kv3": (_fixed(8, **KV3), 1),
+    "dynamic_m4_kv3": (_dynamic(**KV3), 3),
+    "fixed_m4_kv3_shift2": (_fixed(4, **KV3, **SHIFT), 2),
+    "fixed_m4_kv3_shift3": (_fixed(4, **KV3, **{"model.key_shift": 3}), 2),
+    "fixed_m4_kv3_shift4": (_fixed(4, **KV3, **{"model.key_shift": 4}), 2),
+    "fixed_m8_kv3": (_fixed(8, **KV3), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
