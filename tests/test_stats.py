@@ -10,7 +10,7 @@ from absl.testing import absltest, parameterized
 
 from chunkformer.config import ConfigError
 from chunkformer.evaluation import plots, report, stats
-from chunkformer.evaluation.records import Interval
+from chunkformer.evaluation.records import DepthAnalysis, Interval
 from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
 
 Y, J = 32, 48
@@ -237,7 +237,11 @@ class OutputTest(parameterized.TestCase):
         VariantSetup("fixed-M4", "fixed", "fixed", chunk_size=4),
         dataclasses.replace(fixed, mean_accuracy=Interval(0.812, 0.8, 0.83)), "needle", 10,
         compression_ratio=4.0, images={"offsets": os.path.join(directory, "img", "a.png")},
-        token_accuracy_by_offset=(0.5, None, 1.0), heldout={"far_accuracy": 0.9})
+        primary_depth="far", depths=tuple(
+            DepthAnalysis(fixed.nested(), depth=d, depth_name=n, mean_distance=0.0,
+                          token_accuracy=t, compression_ratio=None)
+            for d, n, t in ((0.0, "far", 0.75), (1.0, "near", 0.25))),
+        heldout={"far_accuracy": 0.9})
     dynamic = stats.analyze(iid_YxJ(1), OFFSETS_J, [4], num_permutations=200)
     dynamic = VariantRecord(VariantSetup("dynamic-router", "dynamic", "dynamic/router",
                                          chunk_size=4), dynamic, "needle", 10,
@@ -256,7 +260,7 @@ class OutputTest(parameterized.TestCase):
     self.assertEqual(cells[:5], ["fixed-M4", "fixed", "4", "4.00x", "0.812"])
     self.assertEqual(cells[7], "4")
     self.assertEqual(f"{fixed.analysis.max_gap:.3f}", cells[5])
-    # Token accuracies: the probe's (None skipped), the held-out one.
+    # Token accuracies: the primary (far) depth's, not the near one's; the held-out one.
     self.assertEqual(cells[9:], ["0.750", "0.900"])
     dynamic_cells = [c.strip() for c in table[3].strip("|").split("|")]
     self.assertEqual(dynamic_cells[4], f"{dynamic.analysis.mean_accuracy.value:.3f}")

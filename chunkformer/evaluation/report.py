@@ -32,15 +32,6 @@ def _size(value: int | None) -> str:
   return MISSING if value is None else f"{value:g}"
 
 
-def _token_accuracy(r: VariantRecord) -> float | None:
-  values = [v for v in r.token_accuracy_by_offset or () if v is not None]
-  return sum(values) / len(values) if values else None
-
-
-def _heldout_far(r: VariantRecord) -> float | None:
-  return (r.heldout or {}).get("far_accuracy")
-
-
 # Header and cell of each table column.
 TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
     ("variant", lambda r: r.name),
@@ -53,8 +44,8 @@ TABLE_COLUMNS: tuple[tuple[str, Callable[[VariantRecord], str]], ...] = (
     ("period", lambda r: "none" if r.analysis.detected_period is None
      else str(r.analysis.detected_period)),
     ("p", lambda r: p_value(r.analysis.p_value)),
-    ("far token acc", lambda r: number(_token_accuracy(r), ".3f")),
-    ("held-out far", lambda r: number(_heldout_far(r), ".3f")),
+    ("far token acc", lambda r: number(r.far_token_accuracy, ".3f")),
+    ("held-out far", lambda r: number(r.heldout_far_accuracy, ".3f")),
 )
 # Phase lists longer than this are left to the figure.
 _MAX_LISTED_PHASES = 16

@@ -183,6 +183,19 @@ class VariantRecord:
     return self.analysis.mean_accuracy.value
 
   @property
+  def far_token_accuracy(self) -> float | None:
+    """Per-token accuracy of the primary depth's needles (a needle counts in ``far_accuracy``
+    only when every value token is right); None without a stored needle sweep."""
+    far = next((d for d in self.depths or () if d.depth_name == self.primary_depth), None)
+    return None if far is None else far.token_accuracy
+
+  @property
+  def heldout_far_accuracy(self) -> float | None:
+    """The training run's held-out far accuracy (rows as in training), where recorded."""
+    held = (self.heldout or {}).get("far_accuracy")
+    return None if held is None else float(held)
+
+  @property
   def chunk_size(self) -> int | None:
     return self.setup.chunk_size
 

@@ -118,9 +118,9 @@ def gate_accuracy(r: Record) -> tuple[float | None, str]:
   accuracy (its probe rows differ from training rows only in the moved needle)."""
   if is_code_model(r):
     return _far(r), "prefix-probe needle accuracy"
-  held = (r.heldout or {}).get("far_accuracy") if r.setup.task == "kv" else None
+  held = r.heldout_far_accuracy if r.setup.task == "kv" else None
   if held is not None:
-    return float(held), "held-out far accuracy"
+    return held, "held-out far accuracy"
   return _far(r), "far accuracy"
 
 
