@@ -22,15 +22,16 @@ The rule: the budget at which full attention without key shift reached >= 0.95 h
 accuracy on 2-token needles was step 2000 of a 4000-step schedule (0.967; WORKSPACE.md "C5
 calibration"), but a 2000-step schedule reached only 0.735 (the previous revision of this
 study), so the budget is 3000 steps, half way between, for every 2-token unit.
-3-token keys and values (the fourth part; one seed each, two for C5's pair M = 2 and 4): the
-2-layer model did not learn them (0.15 held-out far accuracy after 1500 steps), a 3-layer model
-of the same width did
+3-token keys and values (the fourth and fifth parts; three seeds for full, fixed M = 4 and the
+router, two for the others; the delimiter rule from the fifth part): the 2-layer model did not
+learn them (0.15 held-out far accuracy after 1500 steps), a 3-layer model of the same width did
 (calibration on a 4000-step schedule: 0.127 / 0.160 / 0.411 / 0.862 / 0.951 at steps 250 /
 500 / 750 / 1000 / 1250; WORKSPACE.md "C5 calibration"), so every 3-token unit has 3 layers and
 KV3_STEPS = 2500 updates: twice the first step at which the calibration reached >= 0.95,
 because the 2-token block showed that a schedule as long as the crossing step falls short
 (0.735 on a 2000-step schedule against 0.967 at step 2000 of 4000). Units: full, fixed M = 2, 4
-and 8, key shift 2, 3 and 4 at M = 4, and the router.
+and 8, key shift 2, 3 and 4 at M = 4, the router and the delimiter rule (a 6-symbol needle
+fits its 8-token max_chunk, so it is cut only when a chunk already open reaches 8).
 C9 map (two seeds each): fixed M = 4 with key shift widths 3 and 4 on 1-token needles (width 2
 is above), widths 2, 3 and 4 on 2-token needles, and the router on 2-token needles.
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
@@ -38,8 +39,9 @@ unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N 
 32 prompts).
 Not in this revision, for the CPU budget (about 9 hours of 2 cores in all): fixed M = 6 and
 12, overlap, stagger, the router with key shift (in the first study, results/study before
-the seeded revision; and in the demo), second seeds of the 3-token units, and the code LMs'
-other seeds and attention kinds (``code_lm.py``, its own sweep: results/code_lm).
+the seeded revision; and in the demo), full attention with key shift on 2- and 3-token needles,
+the delimiter rule on 2-token needles, and the code LMs' other seeds and attention kinds
+(``code_lm.py``, its own sweep: results/code_lm).
 K = 48 offsets (6 x lcm(2, 4, 8), kept from the first study's 2 x lcm(2, ..., 12) so the
 rows compare), window starts aligned to lcm(2, 4, 8) = 8 tokens.
 The training order interleaves seeds (seed 0 of the claims' variants first), so a stopped run
@@ -126,6 +128,7 @@ VARIANTS = {
     "fixed_m4_kv3_shift3": (_fixed(4, **KV3, **{"model.key_shift": 3}), 2),
     "fixed_m4_kv3_shift4": (_fixed(4, **KV3, **{"model.key_shift": 4}), 2),
     "fixed_m8_kv3": (_fixed(8, **KV3), 2),
+    "delimiter_m4_kv3": (variant("configs/kv_delimiter.py", {**NO_SHIFT, **KV3}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
