@@ -119,6 +119,11 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert all(seeds[f"fixed_m4_kv2_{cell}"] == {0, 1} for cell in ("shift2", "shift3", "shift4"))
     assert seeds["fixed_m4_shift3"] == seeds["fixed_m4_shift4"] == {0, 1}
     assert seeds["dynamic_m4_kv2"] == {0, 1}
+    # 3-token needles: the seed rule (3 for full, fixed M = 4, router; 2 for the rest).
+    assert seeds["full_kv3"] == seeds["fixed_m4_kv3"] == seeds["dynamic_m4_kv3"] == {0, 1, 2}
+    assert all(seeds[v] == {0, 1} for v in (
+        "fixed_m2_kv3", "fixed_m8_kv3", "delimiter_m4_kv3", "fixed_m4_kv3_shift2",
+        "fixed_m4_kv3_shift3", "fixed_m4_kv3_shift4"))
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
