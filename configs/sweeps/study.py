@@ -37,7 +37,7 @@ is above), widths 2, 3 and 4 on 2-token needles, and the router on 2-token needl
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
-Not in this revision, for the CPU budget (about 9 hours of 2 cores in all): fixed M = 6 and
+Not in this revision, for the CPU budget (about 11 hours of 2 cores in all): fixed M = 6 and
 12, overlap, stagger, the router with key shift (in the first study, results/study before
 the seeded revision; and in the demo), full attention with key shift on 2- and 3-token needles,
 the delimiter rule on 2-token needles, and the code LMs' other seeds and attention kinds
