@@ -183,7 +183,7 @@ def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
                   f"{sum(r.seeds for r in rules.values())}")
     else:
       counted = [r for r in rules.values() if r.verdict == verdict]
-      agree = sum(int(r.agreeing.split("/")[0]) for r in counted)
+      agree = sum(r.agreeing_seeds for r in counted)
       agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
     used: set[str] = set()
     numbers: dict[str, Any] = {_key(j, used): dict(j.numbers, holds=j.holds) for j in mine}

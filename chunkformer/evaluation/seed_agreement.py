@@ -45,9 +45,14 @@ class SeedAgreement:
     return f"{self.holds}/{self.seeds}"
 
   @property
+  def agreeing_seeds(self) -> int:
+    """Seeds agreeing with the verdict (failing ones for NOT REPRODUCED)."""
+    return self.fails if self.verdict == NOT_REPRODUCED else self.holds
+
+  @property
   def agreeing(self) -> str:
-    """'2/3': seeds agreeing with the verdict (failing ones for NOT REPRODUCED)."""
-    return f"{self.fails if self.verdict == NOT_REPRODUCED else self.holds}/{self.seeds}"
+    """'2/3': seeds agreeing with the verdict out of seeds tested."""
+    return f"{self.agreeing_seeds}/{self.seeds}"
 
   def record(self) -> dict:
     return {"seeds_agreeing": self.count, "holds": self.holds, "seeds": self.seeds,
