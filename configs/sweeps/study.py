@@ -34,13 +34,15 @@ and 8, key shift 2, 3 and 4 at M = 4, the router and the delimiter rule (a 6-sym
 fits its 8-token max_chunk, so it is cut only when a chunk already open reaches 8).
 C9 map (two seeds each): fixed M = 4 with key shift widths 3 and 4 on 1-token needles (width 2
 is above), widths 2, 3 and 4 on 2-token needles, and the router on 2-token needles.
+The sixth part (two seeds each, at the block's budget): the delimiter rule on 2-token needles,
+and full attention with the width-2 key shift on 2- and 3-token needles, the control that tells
+whether the shift itself makes multi-token needles harder to learn.
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
-Not in this revision, for the CPU budget (about 11 hours of 2 cores in all): fixed M = 6 and
+Not in this revision, for the CPU budget (about 12 hours of 2 cores in all): fixed M = 6 and
 12, overlap, stagger, the router with key shift (in the first study, results/study before
-the seeded revision; and in the demo), full attention with key shift on 2- and 3-token needles,
-the delimiter rule on 2-token needles, and the code LMs' other seeds and attention kinds
+the seeded revision; and in the demo), and the code LMs' other seeds and attention kinds
 (``code_lm.py``, its own sweep: results/code_lm).
 K = 48 offsets (6 x lcm(2, 4, 8), kept from the first study's 2 x lcm(2, ..., 12) so the
 rows compare), window starts aligned to lcm(2, 4, 8) = 8 tokens.
@@ -129,6 +131,12 @@ VARIANTS = {
     "fixed_m4_kv3_shift4": (_fixed(4, **KV3, **{"model.key_shift": 4}), 2),
     "fixed_m8_kv3": (_fixed(8, **KV3), 2),
     "delimiter_m4_kv3": (variant("configs/kv_delimiter.py", {**NO_SHIFT, **KV3}), 2),
+    # Sixth part: the delimiter rule on 2-token needles (C8), and full attention with the
+    # width-2 key shift on 2- and 3-token needles (the control of the C9 map's rows: does the
+    # shift itself make the task harder to learn?).
+    "delimiter_m4_kv2": (variant("configs/kv_delimiter.py", {**NO_SHIFT, **KV2}), 2),
+    "full_kv2_shift2": (variant("configs/kv_full.py", {**KV2, **SHIFT}), 2),
+    "full_kv3_shift2": (variant("configs/kv_full.py", {**KV3, **SHIFT}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
