@@ -189,10 +189,16 @@ def test_shift_map_and_chunk_phase_shares():
   r = _record("fixed_m4", 0, 4, _weak_phase(4, 3, 0.0), key_len=1, value_len=1)
   shifted = _record("fixed_m4_shift3", 0, 4, np.ones((Y, 16)), key_len=2, value_len=2,
                     key_shift=True, key_shift_width=3)
-  text = "\n".join(study_tables.shift_map([r, shifted]))
+  full_shift = [_record("full_shift", seed, 4, _weak_phase(4, 1, rate), attention="full",
+                        key_shift=True, key_shift_width=2) for seed, rate in ((0, 0.5), (1, 1.0))]
+  full_shift = [dataclasses.replace(f, setup=dataclasses.replace(f.setup, chunk_size=None))
+                for f in full_shift]  # as stored: full attention has no chunk size
+  text = "\n".join(study_tables.shift_map([r, shifted, *full_shift]))
   assert "| fixed M=4, shift 0 | 1.000 / 0.750 (n=1) | - | - |" in text
   assert "| fixed M=4, shift 3 | - | 0.000 / 1.000 (n=1) | - |" in text
   assert "| fixed M=4, shift 4 | - | - | - |" in text
+  # full attention is the control row, after the compressed ones; seeds averaged (gaps 0.5, 0)
+  assert text.rstrip().endswith("| full, shift 2 | - | 0.250 / 0.938 (n=2) | - |")
   phases = np.tile(np.array([0, 0, 0, 1] * 4), (Y, 1))  # phase 1 in a quarter of the trials
   correct = np.ones((Y, 16))
   correct[:, 3::4] = 0

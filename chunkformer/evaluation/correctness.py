@@ -22,6 +22,13 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 DIRECTORY = "correct"
+PREFIX = "prefix"  # the prefix probe's matrix
+NEEDLE = "needle_"  # + depth name: the needle shift sweep's matrix at that depth
+
+
+def needle_name(depth_name: str) -> str:
+  """The matrix of the needle shift sweep at one depth ("far", "middle", "near", ...)."""
+  return NEEDLE + depth_name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,12 +44,6 @@ def by_variant(records: Sequence[VariantRecord]) -> dict[str, list[VariantRecord
   return {v: sorted(rs, key=lambda r: r.setup.seed) for v, rs in groups.items()}
 
 
-def _primary_matrix_name(record: VariantRecord) -> str | None:
-  if record.primary_probe == "prefix":
-    return "prefix"
-  return None if record.primary_depth is None else f"needle_{record.primary_depth}"
-
-
 def _same_offsets(matrices: Sequence[correctness.Matrix]) -> bool:
   return all(np.array_equal(m.offsets_J, matrices[0].offsets_J) for m in matrices)
 
@@ -57,7 +51,7 @@ def _same_offsets(matrices: Sequence[correctness.Matrix]) -> bool:
 def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
          num_resamples: int = 2000, num_permutations: int = 2000) -> VariantRecord | None:
   """One variant's seeds as one record (module docstring); None without comparable matrices."""
-  name = _primary_matrix_name(runs[0])
+  name = runs[0].primary_matrix_name
   loaded = [load(r.name) for r in runs]
   if name is None or any(m is None or name not in m for m in loaded):
     return None
@@ -75,7 +69,7 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
                       token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
                       lm_phase_loss=None, depths=None)
   if first.primary_probe == "needle":
-    depths = sorted({k for m in loaded for k in m if k.startswith("needle_")})
+    depths = sorted({k for m in loaded for k in m if k.startswith(correctness.NEEDLE)})
     if all(set(depths) <= set(m) for m in loaded):
       every = [m[d] for m in loaded for d in depths]
       if _same_offsets(every):
@@ -101,7 +95,7 @@ def _mean_heldout(runs: Sequence[VariantRecord]) -> dict[str, float] | None:
 
 def _depth(record: VariantRecord, matrix_name: str) -> float:
   """The depth (0 far ... 1 near) of ``needle_<depth name>`` from the record's depths."""
-  depth_name = matrix_name.removeprefix("needle_")
+  depth_name = matrix_name.removeprefix(correctness.NEEDLE)
   for d in record.depths or ():
     if d.depth_name == depth_name:
       return d.depth

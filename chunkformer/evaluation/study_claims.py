@@ -56,9 +56,8 @@ def loader(workdir: str) -> Loader:
 
 def _far_matrix(record: VariantRecord, load: Loader) -> correctness.Matrix | None:
   matrices = load(record.name)
-  if not matrices or record.primary_depth is None:
-    return None
-  return matrices.get(f"needle_{record.primary_depth}")
+  name = record.needle_matrix_name
+  return None if not matrices or name is None else matrices.get(name)
 
 
 def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader, *,

@@ -11,7 +11,9 @@
 - ``chunk_phase_table`` (C8): dynamic models' accuracy by the needle's phase inside its actual
   chunk, with how often each phase occurs (from the stored phases; '-' without them).
 - ``shift_map`` (C9): gap / mean accuracy over key shift width x needle length for fixed
-  M = 4 models and the router on the same needles, '-' where no record exists.
+  M = 4 models and the router on the same needles, and full attention with and without the
+  shift (the control: what the shift costs or gives without compression), '-' where no
+  record exists.
 - ``seed_table``: per variant with several seeds, far accuracy and max gap per seed, their
   mean with a Student-t interval across seeds, and the seed-pooled record's bootstrap interval
   (haystacks of every seed) and period-test p-value (``seed_pooling``).
@@ -157,7 +159,7 @@ def chunk_phase_table(records: Sequence[VariantRecord], load=None) -> list[str]:
 def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
   """Share of the far-depth trials in each phase inside the actual chunk (stored phases)."""
   matrices = load(r.name) if load is not None else None
-  matrix = (matrices or {}).get(f"needle_{r.primary_depth}")
+  matrix = (matrices or {}).get(r.needle_matrix_name)
   if matrix is None or matrix.phases_YxJ is None:
     return None
   phases, counts = np.unique(matrix.phases_YxJ, return_counts=True)
@@ -167,13 +169,18 @@ def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
 
 def _shift_row_of(r: VariantRecord) -> str | None:
   s = r.setup
-  if s.task != "kv" or s.chunk_size != 4:
+  width = s.key_shift_width if s.key_shift else 0
+  if s.task != "kv":
+    return None
+  if s.attention == "full":
+    return f"full, shift {width}"
+  if s.chunk_size != 4:
     return None
   if s.attention == "fixed" and s.rope and s.pooling == "gated" and not (
       s.overlap or s.stagger or s.random_phase):
-    return f"fixed M=4, shift {s.key_shift_width if s.key_shift else 0}"
+    return f"fixed M=4, shift {width}"
   if s.attention == "dynamic" and s.chunking.startswith("dynamic/router"):
-    return f"router 4, shift {s.key_shift_width if s.key_shift else 0}"
+    return f"router 4, shift {width}"
   return None
 
 
@@ -190,6 +197,7 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
       int(row.rsplit(" ", 1)[1]) for row, _ in cells if row.startswith("fixed")})
   rows = [f"fixed M=4, shift {w}" for w in fixed_widths]
   rows += sorted({row for row, _ in cells if row.startswith("router")})
+  rows += sorted({row for row, _ in cells if row.startswith("full")})
   lines = ["", "## Key shift map (C9): gap / mean far accuracy by shift width and needle length",
            "", "Seeds averaged (n = seeds); '-' = no such record in the sweep.", "",
            "| model | " + " | ".join(f"key/value {k}/{v}" for k, v in needles) + " |",

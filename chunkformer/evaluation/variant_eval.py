@@ -156,7 +156,7 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
                                                                    sweep.needle_spec()))
     far = min(depth_results, key=lambda r: r.depth)
     for result in depth_results:
-      matrices[f"needle_{result.name}"] = correctness.Matrix(
+      matrices[correctness.needle_name(result.name)] = correctness.Matrix(
           result.correct_YxJ, result.offsets_J, result.phases_YxJ)
     primary = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, **analyze_kw)
     fields["primary_probe"] = "needle"
@@ -190,7 +190,7 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
   if settings.prefix_prompts:
     probe_rows = prefix_probe.build(variant.config.data, sweep.prefix_spec())
     probe = prefix_probe.run(predictor, probe_rows)
-    matrices["prefix"] = correctness.Matrix(probe.correct_YxJ, probe.prefixes_J)
+    matrices[correctness.PREFIX] = correctness.Matrix(probe.correct_YxJ, probe.prefixes_J)
     analysis = stats.analyze(probe.correct_YxJ, probe.prefixes_J, sizes, **analyze_kw)
     nested = PrefixAnalysis(
         analysis.nested(), as_floats(probe.token_accuracy_YxJ.mean(axis=0)),

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from chunkformer.evaluation import correctness
 from chunkformer.evaluation.records import (
   Analysis,
   DepthAnalysis,
@@ -188,6 +189,16 @@ class VariantRecord:
     only when every value token is right); None without a stored needle sweep."""
     far = next((d for d in self.depths or () if d.depth_name == self.primary_depth), None)
     return None if far is None else far.token_accuracy
+
+  @property
+  def needle_matrix_name(self) -> str | None:
+    """The stored correctness matrix of the far depth's needle sweep (``correctness``)."""
+    return None if self.primary_depth is None else correctness.needle_name(self.primary_depth)
+
+  @property
+  def primary_matrix_name(self) -> str | None:
+    """The stored correctness matrix behind ``analysis``: the prefix probe's or the far needles'."""
+    return correctness.PREFIX if self.primary_probe == "prefix" else self.needle_matrix_name
 
   @property
   def heldout_far_accuracy(self) -> float | None:
