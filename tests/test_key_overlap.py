@@ -1,0 +1,49 @@
+"""The key overlap probe: shared key suffixes and prefixes, and the scoring of queries."""
+
+import numpy as np
+import pytest
+
+from chunkformer.config_sections.data import DataConfig
+from chunkformer.data import kv
+from chunkformer.evaluation import key_overlap
+
+CONFIG = DataConfig(seq_len=96, num_pairs=6, num_queries=4, key_len=2, value_len=2,
+                    num_symbols=4)  # 4 symbols: many keys share a token
+
+
+def test_shared_suffix_and_prefix_are_the_longest_over_the_other_keys():
+  key, others = (5, 6, 7), [(1, 6, 7), (5, 9, 9), (7, 7, 7)]
+  assert key_overlap.shared_suffix(key, others) == 2  # (1, 6, 7)
+  assert key_overlap.shared_prefix(key, others) == 1  # (5, 9, 9)
+  assert key_overlap.shared_suffix(key, [(7, 6, 5)]) == 0  # a reversed key shares no end
+  assert key_overlap.shared_suffix(key, []) == key_overlap.shared_prefix(key, []) == 0
+
+
+def test_score_reads_each_answer_token_and_classifies_by_the_rows_keys():
+  layouts = key_overlap.sample(CONFIG, 8, seed=0)
+  perfect = np.stack([kv.render_tokens(layout)[1:] for layout in layouts])
+  predictions = perfect.copy()
+  first = kv.query_spans(layouts[0])[0]
+  predictions[0, first.answer_start + 1] += 1  # the first query's second value token wrong
+  outcomes = key_overlap.score(layouts, predictions)
+  assert len(outcomes) == 8 * CONFIG.num_queries
+  assert outcomes[0].right == (True, False) and not outcomes[0].correct
+  assert all(o.correct for o in outcomes[1:])
+  asked = layouts[0].keys[first.pair]
+  others = [k for i, k in enumerate(layouts[0].keys) if i != first.pair]
+  expected_suffix = 1 if any(k[-1] == asked[-1] for k in others) else 0
+  assert outcomes[0].suffix == expected_suffix
+  assert outcomes[0].prefix == (1 if any(k[0] == asked[0] for k in others) else 0)
+
+
+def test_by_overlap_counts_every_query_once_with_per_token_accuracy():
+  outcomes = [key_overlap.Outcome(0, 0, (True, True)), key_overlap.Outcome(0, 1, (True, False)),
+              key_overlap.Outcome(1, 0, (False, False))]
+  suffix = key_overlap.by_overlap(outcomes, key_len=2, side="suffix")
+  assert [(r.shared, r.queries, r.needle_accuracy) for r in suffix] == [(0, 2, 0.5),
+                                                                        (1, 1, 0.0)]
+  assert suffix[0].token_accuracy == (1.0, 0.5)
+  prefix = key_overlap.by_overlap(outcomes, key_len=3, side="prefix")
+  assert [r.queries for r in prefix] == [2, 1, 0] and prefix[2].needle_accuracy is None
+  with pytest.raises(ValueError, match="side"):
+    key_overlap.by_overlap(outcomes, key_len=2, side="middle")
