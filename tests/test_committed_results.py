@@ -9,6 +9,7 @@ The typed records read the committed (schema version 1) files and write the same
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 
@@ -24,6 +25,7 @@ from chunkformer.evaluation import (
     seed_pooling,
     stats,
     study_claims,
+    sweep_config,
     verdicts,
 )
 from chunkformer.evaluation.variant_record import VariantRecord
@@ -34,6 +36,17 @@ SWEEPS = ["demo", "study", "code_lm"]
 
 def _path(sweep: str) -> str:
   return os.path.join(RESULTS, sweep, "results.json")
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_committed_units_are_exactly_their_sweep_configs(sweep):
+  # results/<sweep> is what configs/sweeps/<sweep>.py regenerates: the same units, and each
+  # unit directory's recorded config.json is that unit's resolved config (resolve refuses a
+  # directory holding a run of another config).
+  config = importlib.import_module(f"configs.sweeps.{sweep}").get_config()
+  resolved = sweep_config.resolve(config, os.path.join(RESULTS, sweep))
+  committed = [r.name for r in results_file.load(_path(sweep)).variants]
+  assert sorted(v.name for v in resolved.variants) == sorted(committed)
 
 
 @pytest.mark.parametrize("sweep", SWEEPS)
@@ -124,6 +137,9 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert all(seeds[v] == {0, 1} for v in (
         "fixed_m2_kv3", "fixed_m8_kv3", "delimiter_m4_kv3", "fixed_m4_kv3_shift2",
         "fixed_m4_kv3_shift3", "fixed_m4_kv3_shift4"))
+    # Sixth part: the delimiter on 2-token needles, full attention with the shift (2, 3 tokens).
+    assert all(seeds[v] == {0, 1} for v in (
+        "delimiter_m4_kv2", "full_kv2_shift2", "full_kv3_shift2"))
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
