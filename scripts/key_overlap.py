@@ -46,6 +46,8 @@ def main() -> None:
   parser.add_argument("--overwrite", action="store_true")
   args = parser.parse_args()
 
+  if args.rows < 1 or args.batch_size < 1:
+    raise SystemExit("error: --rows and --batch_size must be >= 1")
   paths = [args.out + ".md", args.out + ".json"]
   existing = [p for p in paths if os.path.exists(p)]
   if existing and not args.overwrite:
