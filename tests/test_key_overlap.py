@@ -1,11 +1,22 @@
-"""The key overlap probe: shared key suffixes and prefixes, and the scoring of queries."""
+"""The key overlap probe: shared key suffixes and prefixes, the scoring of queries, and the
+script on a trained run."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from chunkformer import config as config_lib
+from chunkformer import trainer
 from chunkformer.config_sections.data import DataConfig
 from chunkformer.data import kv
 from chunkformer.evaluation import key_overlap
+from configs import smoke
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIG = DataConfig(seq_len=96, num_pairs=6, num_queries=4, key_len=2, value_len=2,
                     num_symbols=4)  # 4 symbols: many keys share a token
@@ -47,3 +58,30 @@ def test_by_overlap_counts_every_query_once_with_per_token_accuracy():
   assert [r.queries for r in prefix] == [2, 1, 0] and prefix[2].needle_accuracy is None
   with pytest.raises(ValueError, match="side"):
     key_overlap.by_overlap(outcomes, key_len=2, side="middle")
+
+
+def _script(*args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "key_overlap.py"), *args],
+                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                        text=True, timeout=300)
+
+
+def test_script_scores_every_query_of_a_trained_run_and_keeps_its_output(tmp_path):
+  c = smoke.get_config()
+  c.train.steps = 2
+  c.data.key_len = 2
+  config = config_lib.from_dict(c.to_dict())
+  run = str(tmp_path / "run")
+  trainer.train(config, run)
+  out = str(tmp_path / "overlap")
+  done = _script("--out", out, "--rows", "8", "--batch_size", "4", run)
+  assert done.returncode == 0, done.stderr
+  result = json.load(open(out + ".json"))
+  (scored,) = result["runs"]
+  assert scored["step"] == 2 and scored["key_len"] == 2
+  for side in ("suffix", "prefix"):  # every query counted once, on either side
+    assert [r["shared"] for r in scored[side]] == [0, 1]
+    assert sum(r["queries"] for r in scored[side]) == 8 * config.data.num_queries
+  assert "| run | key tokens | key shift | suffix 0 | suffix 1 |" in open(out + ".md").read()
+  again = _script("--out", out, "--rows", "8", run)  # written results are never replaced
+  assert again.returncode != 0 and "--overwrite" in again.stderr
