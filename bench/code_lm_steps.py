@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
@@ -25,8 +24,8 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 
 from bench import results_io  # noqa: E402
+from chunkformer import provenance, trainer  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
-from chunkformer import trainer  # noqa: E402
 from chunkformer.evaluation import sweep_config  # noqa: E402
 from configs.sweeps import code_lm  # noqa: E402
 
@@ -74,8 +73,7 @@ def main() -> None:
     print(*rows[-1], sep="  ", flush=True)  # progress; the table follows at the end
   load_after = os.getloadavg()
   total = sum(r["cpu_s_per_step"] for r in results.values()) * code_lm.STEPS * code_lm.SEEDS
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
+  commit = provenance.commit()
   rows.append(("all units (training only)",
                f"{total / 60:.0f} min upper bound on quiet cores ({code_lm.SEEDS} seeds)"))
   rows.append(("load average (1 min) before / after",

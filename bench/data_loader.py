@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
@@ -31,9 +30,9 @@ import jax  # noqa: E402
 
 from bench import results_io  # noqa: E402
 from chunkformer import config as config_lib  # noqa: E402
+from chunkformer import provenance, trainer  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
 from chunkformer import sharding as sharding_lib  # noqa: E402
-from chunkformer import trainer  # noqa: E402
 from chunkformer.data import feed as feed_lib  # noqa: E402
 from configs.lm import code_small  # noqa: E402
 
@@ -91,8 +90,7 @@ def main() -> None:
     loop_s = time.perf_counter() - began
   rt.feed.close()
 
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+  commit = provenance.commit()
   load = os.getloadavg()
   result = {
       "command": "python bench/data_loader.py " + " ".join(sys.argv[1:]),

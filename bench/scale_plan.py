@@ -214,8 +214,8 @@ def main() -> None:
     records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
     done = [{k: r[k] for k in todo[0]} for r in records] if todo else []
     todo = [c for c in todo if c not in done]
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+  from chunkformer import provenance  # light: no jax in this parent process
+  commit = provenance.commit()
   meta = dict(command="python bench/scale_plan.py " + " ".join(sys.argv[1:]),
               date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
               commit=commit, load_start=load())

@@ -14,14 +14,13 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import time
 
 import jax
 
 from chunkformer import config as config_lib
+from chunkformer import provenance, trainer
 from chunkformer import runtime as runtime_lib
-from chunkformer import trainer
 from configs.lm import qwen3_tiny
 
 
@@ -53,8 +52,7 @@ def main() -> None:
       print(rows[-1], flush=True)
   meta = dict(command="python bench/scan_compile.py --layers " + args.layers,
               date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-              commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip(),
+              commit=provenance.commit(),
               load_start=[round(x, 1) for x in load_start],
               load_end=[round(x, 1) for x in os.getloadavg()], rows=rows)
   with open(args.out + ".json", "w") as f:

@@ -18,12 +18,12 @@ import dataclasses
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from chunkformer import provenance  # noqa: E402
 from chunkformer.config import ConfigError  # noqa: E402
 from chunkformer.data import kv  # noqa: E402
 from chunkformer.evaluation import key_overlap, trained  # noqa: E402
@@ -84,8 +84,7 @@ def main() -> None:
     lines.append(f"| {name} | {k} | {config.model.key_shift} | " + " | ".join(cells) + " |")
     print(lines[-1], flush=True)
 
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+  commit = provenance.commit()
   command = " ".join(["python", "scripts/key_overlap.py"] + sys.argv[1:])
   date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
   width = max(key_lens)
