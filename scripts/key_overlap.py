@@ -70,7 +70,7 @@ def main() -> None:
     layouts = key_overlap.sample(config.data, args.rows, args.seed)
     rows = kv.render_many(layouts, config.data)
     predictions = trained.Predictor(model, args.batch_size)(rows)["predictions"]
-    outcomes = key_overlap.score(layouts, predictions)
+    outcomes = key_overlap.score(layouts, rows["targets"], predictions)
     k = config.data.key_len
     suffix = key_overlap.by_overlap(outcomes, k, "suffix")
     prefix = key_overlap.by_overlap(outcomes, k, "prefix")

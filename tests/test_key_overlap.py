@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from chunkformer import config as config_lib
@@ -32,11 +31,11 @@ def test_shared_suffix_and_prefix_are_the_longest_over_the_other_keys():
 
 def test_score_reads_each_answer_token_and_classifies_by_the_rows_keys():
   layouts = key_overlap.sample(CONFIG, 8, seed=0)
-  perfect = np.stack([kv.render_tokens(layout)[1:] for layout in layouts])
-  predictions = perfect.copy()
+  targets = kv.render_many(layouts, CONFIG)["targets"]
+  predictions = targets.copy()
   first = kv.query_spans(layouts[0])[0]
   predictions[0, first.answer_start + 1] += 1  # the first query's second value token wrong
-  outcomes = key_overlap.score(layouts, predictions)
+  outcomes = key_overlap.score(layouts, targets, predictions)
   assert len(outcomes) == 8 * CONFIG.num_queries
   assert outcomes[0].right == (True, False) and not outcomes[0].correct
   assert all(o.correct for o in outcomes[1:])

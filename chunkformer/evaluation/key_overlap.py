@@ -57,11 +57,12 @@ class Outcome:
     return all(self.right)
 
 
-def score(layouts: Sequence[kv.Layout], predictions_NxT: np.ndarray) -> list[Outcome]:
-  """Every query of every row, scored against the model's greedy predictions [N, T]."""
+def score(layouts: Sequence[kv.Layout], targets_NxT: np.ndarray,
+          predictions_NxT: np.ndarray) -> list[Outcome]:
+  """Every query of every row: the model's greedy predictions [N, T] against the rows' targets
+  (``kv.render_many(layouts, ...)["targets"]``)."""
   out = []
-  for layout, predicted in zip(layouts, predictions_NxT, strict=True):
-    targets = kv.render_tokens(layout)[1:]
+  for layout, targets, predicted in zip(layouts, targets_NxT, predictions_NxT, strict=True):
     for span in kv.query_spans(layout):
       others = [k for i, k in enumerate(layout.keys) if i != span.pair]
       key = layout.keys[span.pair]
