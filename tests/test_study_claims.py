@@ -9,7 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import correctness, stats, study_claims, study_fields, study_tables
+from chunkformer.evaluation import (
+  correctness,
+  stats,
+  study_claims,
+  study_fields,
+  study_tables,
+  verdicts,
+)
 from chunkformer.evaluation.records import Interval
 from chunkformer.evaluation.variant_record import SlotGainSite, VariantRecord, VariantSetup
 
@@ -55,7 +62,7 @@ def test_c5_reproduced_when_the_paired_interval_lies_below_zero():
   # gap(M=2) = 1 - 0.5 = 0.5 (half the haystacks fail phase 0); gap(M=4) = 1 - 0 = 1.
   records, store = _sweep(m2_rate=0.5, m4_rate=0.0)
   claim = study_claims.c5_claim(records, store.get, num_resamples=200)
-  group = claim.numbers["key2_value2"]
+  group = claim.numbers["key2_value2_steps10"]
   assert group["difference"] == pytest.approx(-0.5)
   assert (group["gap_a"], group["gap_b"]) == (pytest.approx(0.5), pytest.approx(1.0))
   assert group["difference_high"] < 0 and group["num_seeds"] == 2
@@ -80,7 +87,7 @@ def test_c5_not_reproduced_above_zero_and_inconclusive_with_the_interval_in_the_
   assert claim.verdict == "NOT REPRODUCED" and claim.seeds_agreeing == "2/2"
   records, store = _sweep(m2_rate=0.5, m4_rate=0.5)  # equal gaps on the same haystacks
   claim = study_claims.c5_claim(records, store.get, num_resamples=200)
-  group = claim.numbers["key2_value2"]
+  group = claim.numbers["key2_value2_steps10"]
   # The paired resamples move both gaps together: the difference is exactly 0 in every one.
   assert (group["difference"], group["difference_low"], group["difference_high"]) == (0, 0, 0)
   assert claim.verdict == "INCONCLUSIVE"
@@ -95,7 +102,7 @@ def test_c5_with_a_model_below_the_learned_gate_is_inconclusive_and_says_why():
   assert claim.verdict == "INCONCLUSIVE"
   assert "fixed_m4_k2_seed0 held-out far accuracy 0.300" in claim.reason
   assert "learned gate" in claim.reason
-  assert claim.numbers["key2_value2"]["not_learned"][0].startswith("fixed_m4_k2_seed0")
+  assert claim.numbers["key2_value2_steps10"]["not_learned"][0].startswith("fixed_m4_k2_seed0")
 
 
 def test_c5_multi_token_needles_decide_and_one_token_needles_say_why_they_cannot():
@@ -104,8 +111,54 @@ def test_c5_multi_token_needles_decide_and_one_token_needles_say_why_they_cannot
   assert claim.verdict == "INCONCLUSIVE" and "total at every M" in claim.reason
   multi, more = _sweep(m2_rate=0.5, m4_rate=0.0)
   claim = study_claims.c5_claim(one + multi, {**store, **more}.get, num_resamples=50)
-  assert claim.verdict == "REPRODUCED" and set(claim.numbers) == {"key1_value1", "key2_value2"}
+  assert claim.verdict == "REPRODUCED" and set(claim.numbers) == {"key1_value1_steps10",
+                                                             "key2_value2_steps10"}
   assert "not deciding" in claim.reason
+
+
+def _trained(records, store, steps):
+  """The records and matrices as a second block of the same needles trained ``steps``."""
+  renamed = {r.name: f"{r.name}_long" for r in records}
+  records = [dataclasses.replace(r, trained_steps=steps,
+                                 setup=dataclasses.replace(r.setup, name=renamed[r.name]))
+             for r in records]
+  return records, {renamed[k]: v for k, v in store.items()}
+
+
+def test_c5_pairs_models_of_one_budget_and_the_longest_budget_decides():
+  short, store = _sweep(m2_rate=0.0, m4_rate=0.5)  # 10 steps: NOT REPRODUCED alone
+  long, more = _trained(*_sweep(m2_rate=0.5, m4_rate=0.0), steps=40)  # 40 steps: REPRODUCED
+  claim = study_claims.c5_claim(short + long, {**store, **more}.get, num_resamples=50)
+  assert set(claim.numbers) == {"key2_value2_steps10", "key2_value2_steps40"}
+  # Paired within a block only: mixing would pair the two blocks' M = 2 and M = 4 models.
+  assert claim.numbers["key2_value2_steps10"]["difference"] == pytest.approx(0.5)
+  assert claim.numbers["key2_value2_steps40"]["difference"] == pytest.approx(-0.5)
+  assert claim.numbers["key2_value2_steps40"]["units_m4"] == ["fixed_m4_k2_seed0_long",
+                                                              "fixed_m4_k2_seed1_long"]
+  assert (claim.verdict, claim.seeds_agreeing) == ("REPRODUCED", "2/2")
+  assert "10 steps" in claim.reason and "longer budget of these needles does" in claim.reason
+  # The per-seed judgments of verdicts pair within a block too (one line per block and seed).
+  # A cure's baseline is the plain model of its own budget (and seed), not the first found.
+  cure = dataclasses.replace(long[1], setup=dataclasses.replace(
+      long[1].setup, name="fixed_m4_shift_k2_seed0", variant="fixed_m4_shift_k2", key_shift=True,
+      key_shift_width=2))
+  judged = verdicts.judge(short + long + [cure])
+  c5_lines = [j for j in judged if j.claim == "C5"]
+  assert sorted((j.records[0].trained_steps, j.holds) for j in c5_lines) == [
+      (10, False), (10, False), (40, True), (40, True)]
+  (cure_line,) = [j for j in judged if j.records and j.records[0] is cure]
+  assert cure_line.numbers["baseline"]["variant"] == "fixed_m4_k2_seed0_long"
+
+
+def test_split_labels_and_shift_map_keep_budgets_apart():
+  short, _ = _sweep(m2_rate=0.5, m4_rate=0.0, seeds=(0,))
+  long, _ = _trained(short, {}, steps=40)
+  text = "\n".join(study_tables.split_label_tables(short + long))
+  assert "Key 2 / value 2 token(s), 10 steps:" in text
+  assert "Key 2 / value 2 token(s), 40 steps:" in text
+  text = "\n".join(study_tables.shift_map(short + long))
+  assert "| model | key/value 1/1 | key/value 2/2, 10 steps | key/value 2/2, 40 steps |" in text
+  assert "| fixed M=4, shift 0 | - | 1.000 / 0.750 (n=1) | 1.000 / 0.750 (n=1) |" in text
 
 
 def test_c5_without_matrices_leaves_the_judgment_based_claim():
@@ -194,6 +247,7 @@ def test_shift_map_and_chunk_phase_shares():
   full_shift = [dataclasses.replace(f, setup=dataclasses.replace(f.setup, chunk_size=None))
                 for f in full_shift]  # as stored: full attention has no chunk size
   text = "\n".join(study_tables.shift_map([r, shifted, *full_shift]))
+  assert "key/value 1/1, 10 steps | key/value 2/2, 10 steps | key/value 3/3 |" in text
   assert "| fixed M=4, shift 0 | 1.000 / 0.750 (n=1) | - | - |" in text
   assert "| fixed M=4, shift 3 | - | 0.000 / 1.000 (n=1) | - |" in text
   assert "| fixed M=4, shift 4 | - | - | - |" in text

@@ -14,7 +14,10 @@ the interval lies below 0, NOT REPRODUCED if above, else INCONCLUSIVE with the i
 INCONCLUSIVE when a model is below the learned gate (``verdicts.gate_accuracy`` < 0.5).
 Multi-token needles decide the claim when the sweep has them (only there a split can be
 partial); with 1-token keys and values every split is total at every M, so the gap cannot
-shrink with M. Several needle lengths: their common verdict where the decided ones agree, else
+shrink with M. Models pair within one needle block (``verdicts.needle_block``: needle lengths
+and training steps); where one needle length was trained at several budgets, the longest
+decides (the question is whether the blind phase outlasts training) and the others are
+reported. Several needle lengths: their common verdict where the decided ones agree, else
 INCONCLUSIVE.
 
 C6 (heads prefer early or late phases): per plain fixed variant, each compressor site's
@@ -98,37 +101,48 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
           "units_m4": [u for _, _, u in seeds], "per_seed_difference": per_seed}
 
 
+def c5_group_name(key_len: int, value_len: int, steps: int) -> str:
+  """The key of one needle block's paired gap difference in C5's numbers."""
+  return f"key{key_len}_value{value_len}_steps{steps}"
+
+
 def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
              num_resamples: int = 2000) -> Claim | None:
   """C5 from the paired gap difference (module docstring); None without paired matrices."""
   if load is None:
     return None
   plain = [r for r in records if verdicts.is_plain_fixed(r) and r.setup.task == "kv"]
-  groups: dict[tuple[int, int], dict[int, dict[int, VariantRecord]]] = {}
+  groups: dict[tuple[int, int, int], dict[int, dict[int, VariantRecord]]] = {}
   for r in plain:
-    groups.setdefault((r.setup.key_len, r.setup.value_len), {}).setdefault(
+    groups.setdefault(verdicts.needle_block(r), {}).setdefault(
         r.chunk_size, {}).setdefault(r.setup.seed, r)
   numbers = {}
-  for (key_len, value_len), by_m in sorted(groups.items()):
+  for (key_len, value_len, steps), by_m in sorted(groups.items()):
     if 2 not in by_m or 4 not in by_m:
       continue
     pairs = [(by_m[2][s], by_m[4][s]) for s in sorted(set(by_m[2]) & set(by_m[4]))]
     group = _c5_group(pairs, load, seed=seed, num_resamples=num_resamples) if pairs else None
     if group is not None:
-      numbers[f"key{key_len}_value{value_len}"] = dict(group, key_len=key_len,
-                                                       value_len=value_len)
+      numbers[c5_group_name(key_len, value_len, steps)] = dict(
+          group, key_len=key_len, value_len=value_len, steps=steps)
   if not numbers:
     return None
   multi = {k: g for k, g in numbers.items() if g["key_len"] + g["value_len"] > 2}
-  deciding = multi or numbers
+  longest = {}  # needle lengths -> the group of the longest budget, which decides
+  for name, g in (multi or numbers).items():
+    lengths = (g["key_len"], g["value_len"])
+    if lengths not in longest or g["steps"] > numbers[longest[lengths]]["steps"]:
+      longest[lengths] = name
+  deciding = {name: numbers[name] for name in longest.values()}
   verdict, note = claims_lib.common_verdict({k: g["verdict"] for k, g in deciding.items()},
                                             "needle lengths")
   differences = [d for g in deciding.values() for d in g["per_seed_difference"]]
   agree = (sum(d > 0 for d in differences) if verdict == NOT_REPRODUCED
            else sum(d < 0 for d in differences))
   parts = [note] if note else []
-  for g in numbers.values():
-    text = (f"key {g['key_len']}/value {g['value_len']} tokens: gap(M=2) - gap(M=4) = "
+  for name, g in numbers.items():
+    text = (f"key {g['key_len']}/value {g['value_len']} tokens, {g['steps']} steps: "
+            f"gap(M=2) - gap(M=4) = "
             f"{g['difference']:.3f} [{g['difference_low']:.3f}, {g['difference_high']:.3f}] "
             f"(paired bootstrap over {g['num_haystacks']} haystacks x {g['num_seeds']} "
             f"seed(s); gaps {g['gap_a']:.3f} vs {g['gap_b']:.3f}): {g['verdict']}")
@@ -141,6 +155,8 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
     if g["key_len"] + g["value_len"] <= 2:
       text += f"; {ONE_TOKEN_REASON}" + ("; not deciding: multi-token needles do" if multi
                                          else "")
+    elif name not in deciding:
+      text += "; not deciding: the longer budget of these needles does"
     parts.append(text)
   return Claim("C5", claims_lib.STATEMENTS["C5"], verdict, "; ".join(parts), numbers,
                f"{agree}/{len(differences)}")

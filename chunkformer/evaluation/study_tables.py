@@ -1,16 +1,17 @@
 """Report tables of the study's judged claims (issue 15): markdown text from records and claims.
 
-- ``split_label_tables`` (C5): per needle length, plain fixed models' accuracy per split label
-  (none / partial / total, and the two partial kinds) per M with mean accuracy and gap, pooled
-  over seeds (trial-weighted), and C5's paired gap difference. A record without the stored
-  ``split_labels`` analysis (1-token needles, older sweeps) is labelled from its per-phase
-  accuracy: with fixed chunks the split kind depends only on the phase offset mod M
-  (``split_labels.phase_split_kinds``), weighted by the number of offsets in each phase.
+- ``split_label_tables`` (C5): per needle block (needle lengths and training steps), plain
+  fixed models' accuracy per split label (none / partial / total, and the two partial kinds)
+  per M with mean accuracy and gap, pooled over seeds (trial-weighted), and C5's paired gap
+  difference. A record without the stored ``split_labels`` analysis (1-token needles, older
+  sweeps) is labelled from its per-phase accuracy: with fixed chunks the split kind depends
+  only on the phase offset mod M (``split_labels.phase_split_kinds``), weighted by the number
+  of offsets in each phase.
 - ``slot_null_table`` (C6): the site statistics of C6's claim numbers (trained vs init,
   pooled permutation p, seeds agreeing).
 - ``chunk_phase_table`` (C8): dynamic models' accuracy by the needle's phase inside its actual
   chunk, with how often each phase occurs (from the stored phases; '-' without them).
-- ``shift_map`` (C9): gap / mean accuracy over key shift width x needle length for fixed
+- ``shift_map`` (C9): gap / mean accuracy over key shift width x needle block for fixed
   M = 4 models and the router on the same needles, and full attention with and without the
   shift (the control: what the shift costs or gives without compression), '-' where no
   record exists.
@@ -26,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation import seed_agreement, seed_pooling, split_labels, verdicts
+from chunkformer.evaluation import (
+  seed_agreement,
+  seed_pooling,
+  split_labels,
+  study_claims,
+  verdicts,
+)
 from chunkformer.evaluation.claims import Claim
 from chunkformer.evaluation.formatting import MISSING, interval, number, p_value
 from chunkformer.evaluation.variant_record import VariantRecord
@@ -81,12 +88,11 @@ def split_label_tables(records: Sequence[VariantRecord], c5: Claim | None = None
            "total; inside key or value only: partial, key cut / value cut; none). Seeds pooled "
            "by trials; mean accuracy and gap: mean over seeds. * = labelled from the per-phase "
            "accuracy (no stored split analysis)."]
-  groups: dict[tuple[int, int], dict[int, list[VariantRecord]]] = {}
+  groups: dict[tuple[int, int, int], dict[int, list[VariantRecord]]] = {}
   for r in plain:
-    groups.setdefault((r.setup.key_len, r.setup.value_len), {}).setdefault(
-        r.chunk_size, []).append(r)
-  for (key_len, value_len), by_m in sorted(groups.items()):
-    lines += ["", f"Key {key_len} / value {value_len} token(s):", "",
+    groups.setdefault(verdicts.needle_block(r), {}).setdefault(r.chunk_size, []).append(r)
+  for (key_len, value_len, steps), by_m in sorted(groups.items()):
+    lines += ["", f"Key {key_len} / value {value_len} token(s), {steps} steps:", "",
               "| M | seeds | kinds by phase | none | partial | total | key cut | value cut | "
               "mean acc | gap |", "|--:|--:|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for m, runs in sorted(by_m.items()):
@@ -101,7 +107,8 @@ def split_label_tables(records: Sequence[VariantRecord], c5: Claim | None = None
       lines.append(f"| {m}{star} | {len(runs)} | {', '.join(kinds)} | {' | '.join(cells)} | "
                    f"{number(np.mean(means) if means else None)} | "
                    f"{number(np.mean(gaps) if gaps else None)} |")
-    group = (c5.numbers.get(f"key{key_len}_value{value_len}") if c5 is not None else None)
+    group = (c5.numbers.get(study_claims.c5_group_name(key_len, value_len, steps))
+             if c5 is not None else None)
     if isinstance(group, dict) and "difference" in group:
       lines += ["", f"Paired gap(M=2) - gap(M=4): {group['difference']:.3f} "
                 f"[{group['difference_low']:.3f}, {group['difference_high']:.3f}] over "
@@ -185,27 +192,36 @@ def _shift_row_of(r: VariantRecord) -> str | None:
 
 
 def shift_map(records: Sequence[VariantRecord]) -> list[str]:
-  cells: dict[tuple[str, tuple[int, int]], list[VariantRecord]] = {}
+  cells: dict[tuple[str, tuple[int, int, int]], list[VariantRecord]] = {}
   for r in records:
     row = _shift_row_of(r)
     if row is not None:
-      cells.setdefault((row, (r.setup.key_len, r.setup.value_len)), []).append(r)
+      cells.setdefault((row, verdicts.needle_block(r)), []).append(r)
   if not cells:
     return []
-  needles = sorted({n for _, n in cells} | {(k, k) for k in NEEDLE_LENGTHS})
+  blocks = sorted({b for _, b in cells})
+  shown = {(k, v) for k, v, _ in blocks}
+  columns = sorted([*blocks, *((k, k, None) for k in NEEDLE_LENGTHS if (k, k) not in shown)],
+                   key=lambda b: (b[0], b[1], b[2] or 0))
   fixed_widths = sorted(set(SHIFT_WIDTHS) | {
       int(row.rsplit(" ", 1)[1]) for row, _ in cells if row.startswith("fixed")})
   rows = [f"fixed M=4, shift {w}" for w in fixed_widths]
   rows += sorted({row for row, _ in cells if row.startswith("router")})
   rows += sorted({row for row, _ in cells if row.startswith("full")})
+
+  def heading(block):
+    k, v, steps = block
+    return f"key/value {k}/{v}" + ("" if steps is None else f", {steps} steps")
+
   lines = ["", "## Key shift map (C9): gap / mean far accuracy by shift width and needle length",
-           "", "Seeds averaged (n = seeds); '-' = no such record in the sweep.", "",
-           "| model | " + " | ".join(f"key/value {k}/{v}" for k, v in needles) + " |",
-           "|:--|" + "--:|" * len(needles)]
+           "", "Seeds averaged (n = seeds); a column per needle length and training budget; "
+           "'-' = no such record in the sweep.", "",
+           "| model | " + " | ".join(heading(b) for b in columns) + " |",
+           "|:--|" + "--:|" * len(columns)]
   for row in rows:
     out = []
-    for needle in needles:
-      runs = cells.get((row, needle), [])
+    for block in columns:
+      runs = cells.get((row, block), [])
       gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
       accs = [r.far_accuracy for r in runs if r.far_accuracy is not None]
       mean_gap = number(np.mean(gaps) if gaps else None)

@@ -64,6 +64,13 @@ def _lengths(r: Record) -> tuple[int, int]:
   return r.setup.key_len, r.setup.value_len
 
 
+def needle_block(r: Record) -> tuple[int, int, int]:
+  """(key tokens, value tokens, training steps): the models a comparison pairs. A study trains
+  each needle length at its own budget and may train one again longer (issue 15: C5 on 2-token
+  needles at 3000 and 4000 steps); models of different budgets are not paired."""
+  return r.setup.key_len, r.setup.value_len, r.trained_steps
+
+
 def is_code_model(r: Record) -> bool:
   """A language model scored by the '=' prefix probe (synthetic code task, or a corpus LM
   with planted code needles): its period claim is C7, not C1."""
@@ -187,10 +194,10 @@ def _ablation_claim(r: Record) -> Judgment:
 
 def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
   out = []
-  by_group: dict[tuple[int, int, int], dict[int, Record]] = {}
+  by_group: dict[tuple[int, int, int, int], dict[int, Record]] = {}
   for r in plain:
     if r.setup.task == "kv":  # C5 asks about needle retrieval
-      by_group.setdefault((*_lengths(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
+      by_group.setdefault((*needle_block(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
   for _, by_m in sorted(by_group.items()):
     if 2 in by_m and 4 in by_m:
       a, b = by_m[2], by_m[4]
@@ -218,10 +225,15 @@ def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
 
 
 def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
-  """The plain fixed model at the cure's M with its needles (same seed when there is one)."""
+  """The plain fixed model at the cure's M with its needles: of the same training budget and
+  seed where there is one, then the same budget, then the same seed."""
   same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)
           and b.setup.task == r.setup.task]
-  return next((b for b in same if b.setup.seed == r.setup.seed), same[0] if same else None)
+  preferences = (lambda b: needle_block(b) == needle_block(r) and b.setup.seed == r.setup.seed,
+                 lambda b: needle_block(b) == needle_block(r),
+                 lambda b: b.setup.seed == r.setup.seed)
+  return next((b for prefer in preferences for b in same if prefer(b)),
+              same[0] if same else None)
 
 
 def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
