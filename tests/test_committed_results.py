@@ -132,7 +132,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
               "C5": "INCONCLUSIVE", "C6": "NOT REPRODUCED", "C8": "REPRODUCED",
               "C9": "INCONCLUSIVE"}),
     ("study", {"C1": "INCONCLUSIVE", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
-               "C5": "INCONCLUSIVE", "C7": "INCONCLUSIVE", "C8": "REPRODUCED",
+               "C5": "REPRODUCED", "C7": "INCONCLUSIVE", "C8": "REPRODUCED",
                "C9": "INCONCLUSIVE"}),
     ("code_lm", {"C7": "INCONCLUSIVE"}),
 ])
@@ -167,6 +167,14 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     # Sixth part: the delimiter on 2-token needles, full attention with the shift (2, 3 tokens).
     assert all(seeds[v] == {0, 1} for v in (
         "delimiter_m4_kv2", "full_kv2_shift2", "full_kv3_shift2"))
+    # Seventh part: C5's pair (3 seeds) and full control (2) on 2-token needles at 4000 steps;
+    # that block decides C5 (the longest budget of its needle length), the 3000-step one not.
+    assert seeds["fixed_m2_kv2_long"] == seeds["fixed_m4_kv2_long"] == {0, 1, 2}
+    assert seeds["full_kv2_long"] == {0, 1}
+    c5 = by_id["C5"].numbers
+    assert c5["key2_value2_steps4000"]["verdict"] == "REPRODUCED"
+    assert c5["key2_value2_steps4000"]["difference_high"] < 0
+    assert "3000 steps" in by_id["C5"].reason and "longer budget" in by_id["C5"].reason
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
