@@ -38,27 +38,11 @@ def _path(sweep: str) -> str:
   return os.path.join(RESULTS, sweep, "results.json")
 
 
-def _assert_same_up_to_rounding(got, want, path="claims"):
-  """JSON-like trees equal, floats to a relative 1e-9."""
-  if isinstance(want, float) and isinstance(got, float):
-    assert got == pytest.approx(want, rel=1e-9, abs=1e-12), path
-  elif isinstance(want, dict) and isinstance(got, dict):
-    assert sorted(got) == sorted(want), path
-    for key in want:
-      _assert_same_up_to_rounding(got[key], want[key], f"{path}/{key}")
-  elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
-    assert len(got) == len(want), path
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-      _assert_same_up_to_rounding(g, w, f"{path}[{i}]")
-  else:
-    assert got == want, path
-
-
 def test_rounding_tolerant_comparison_still_sees_every_other_difference():
-  _assert_same_up_to_rounding({"a": [0.1 + 0.2, "x"]}, {"a": [0.3, "x"]})
+  _assert_same({"a": [0.1 + 0.2, "x"]}, {"a": [0.3, "x"]}, "tree")
   for got in ({"a": [0.3001, "x"]}, {"a": [0.3, "y"]}, {"a": [0.3]}, {"b": [0.3, "x"]}):
     with pytest.raises(AssertionError):
-      _assert_same_up_to_rounding(got, {"a": [0.3, "x"]})
+      _assert_same(got, {"a": [0.3, "x"]}, "tree")
 
 
 @pytest.mark.parametrize("sweep", SWEEPS)
@@ -100,8 +84,8 @@ def test_committed_results_read_and_write_back_their_own_json(sweep):
     recomputed = study_claims.claims(
         results.variants, study_claims.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
         num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
-    _assert_same_up_to_rounding([c.to_json() for c in recomputed],
-                                [c.to_json() for c in results.claims])
+    _assert_same([c.to_json() for c in recomputed], [c.to_json() for c in results.claims],
+                 "claims")
     return
   assert "schema_version" not in stored and results.claims == ()
   # Version 2 adds fields; every stored one comes back with the same JSON text (types too).

@@ -137,12 +137,12 @@ def test_c5_pairs_models_of_one_budget_and_the_longest_budget_decides():
                                                               "fixed_m4_k2_seed1_long"]
   assert (claim.verdict, claim.seeds_agreeing) == ("REPRODUCED", "2/2")
   assert "10 steps" in claim.reason and "longer budget of these needles does" in claim.reason
-  # The per-seed judgments of verdicts pair within a block too (one line per block and seed).
   # A cure's baseline is the plain model of its own budget (and seed), not the first found.
   cure = dataclasses.replace(long[1], setup=dataclasses.replace(
       long[1].setup, name="fixed_m4_shift_k2_seed0", variant="fixed_m4_shift_k2", key_shift=True,
       key_shift_width=2))
   judged = verdicts.judge(short + long + [cure])
+  # The per-seed judgments of verdicts pair within a block too (one line per block and seed).
   c5_lines = [j for j in judged if j.claim == "C5"]
   assert sorted((j.records[0].trained_steps, j.holds) for j in c5_lines) == [
       (10, False), (10, False), (40, True), (40, True)]

@@ -229,11 +229,9 @@ def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
   seed where there is one, then the same budget, then the same seed."""
   same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)
           and b.setup.task == r.setup.task]
-  preferences = (lambda b: needle_block(b) == needle_block(r) and b.setup.seed == r.setup.seed,
-                 lambda b: needle_block(b) == needle_block(r),
-                 lambda b: b.setup.seed == r.setup.seed)
-  return next((b for prefer in preferences for b in same if prefer(b)),
-              same[0] if same else None)
+  # min keeps the first of equals, so without a match the first plain model stands, as before
+  return min(same, default=None, key=lambda b: (needle_block(b) != needle_block(r),
+                                                b.setup.seed != r.setup.seed))
 
 
 def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:

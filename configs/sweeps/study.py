@@ -27,8 +27,6 @@ router, two for the others; the delimiter rule from the fifth part): the 2-layer
 learn them (0.15 held-out far accuracy after 1500 steps), a 3-layer model of the same width did
 (calibration on a 4000-step schedule: 0.127 / 0.160 / 0.411 / 0.862 / 0.951 at steps 250 /
 500 / 750 / 1000 / 1250; WORKSPACE.md "C5 calibration"), so every 3-token unit has 3 layers and
-KV2_LONG_STEPS = 4000  # the seventh part's budget (module docstring)
-KV2_LONG = {**KV2, "train.steps": KV2_LONG_STEPS}
 KV3_STEPS = 2500 updates: twice the first step at which the calibration reached >= 0.95,
 because the 2-token block showed that a schedule as long as the crossing step falls short
 (0.735 on a 2000-step schedule against 0.967 at step 2000 of 4000). Units: full, fixed M = 2, 4
