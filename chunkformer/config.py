@@ -64,6 +64,9 @@ class Config:
     data_lib.check_config(self.data)
     self.train.validate()
     self.init.validate()
+    require(not self.train.shift_frozen_steps or self.model.key_shift > 0,
+            "train.shift_frozen_steps", "holds the token-shift weights, but model.key_shift = 0 "
+            "gives the model none")
     accum = self.train.grad_accum_steps
     require(self.data.batch_size % accum == 0, "train.grad_accum_steps",
             f"{accum} micro-batches do not divide data.batch_size={self.data.batch_size}")

@@ -158,6 +158,11 @@ def shift_right(x_BxTx_: Array, shift: int, segment_ids_BxT: Array | None = None
   return shifted
 
 
+# Module names a TokenShift takes (keys' and values' shifts); train.shift_frozen_steps finds
+# the shift weights by them.
+TOKEN_SHIFT_MODULES = ("key_shift", "value_shift")
+
+
 class TokenShift(nn.Module):
   """Causal local mixing: y_t = sum_{s=1}^{width-1} x_{t-s} W_s (added to keys or values).
 

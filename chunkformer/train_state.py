@@ -7,7 +7,8 @@ every array straight into its shards.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import flax.struct
@@ -18,6 +19,7 @@ from jax.sharding import Mesh
 
 from chunkformer import sharding as sharding_lib
 from chunkformer.config import Config, TrainConfig
+from chunkformer.layers import TOKEN_SHIFT_MODULES
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -38,13 +40,58 @@ def learning_rate_schedule(train: TrainConfig) -> optax.Schedule:
 
 
 def make_optimizer(train: TrainConfig) -> optax.GradientTransformation:
-  """AdamW (weight decay on matrices only, not on norm scales) after global-norm clipping."""
-  return optax.chain(
+  """AdamW (weight decay on matrices only, not on norm scales) after global-norm clipping;
+  the token-shift weights held at their zero init for the first ``train.shift_frozen_steps``."""
+  tx = optax.chain(
       optax.clip_by_global_norm(train.grad_clip),
       optax.adamw(learning_rate_schedule(train), b1=train.b1, b2=train.b2,
                   weight_decay=train.weight_decay,
                   mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)),
   )
+  if train.shift_frozen_steps:
+    tx = freeze_for(tx, train.shift_frozen_steps, is_token_shift)
+  return tx
+
+
+Path = tuple[str, ...]  # a parameter's path of module and parameter names
+
+
+def is_token_shift(path: Path) -> bool:
+  """A weight of a token shift (``layers.TokenShift``, named for the keys or values it mixes)."""
+  return any(name in TOKEN_SHIFT_MODULES for name in path)
+
+
+class FreezeState(NamedTuple):
+  count: jax.Array  # updates applied so far
+  inner: Any
+
+
+def freeze_for(inner: optax.GradientTransformation, steps: int,
+               frozen: Callable[[Path], bool]) -> optax.GradientTransformation:
+  """``inner``, except that for the first ``steps`` updates the parameters whose path
+  ``frozen`` accepts get zero gradient and zero update: AdamW neither moves nor decays them,
+  their moments stay zero, and the global-norm clip sees only the others' gradients.
+
+  ``frozen`` is called when the update is traced (training), never by ``init``, so that a
+  predicate needing other runs (warm_start's new weights) is not asked when only restoring.
+  """
+  def init(params):
+    return FreezeState(jnp.zeros((), jnp.int32), inner.init(params))
+
+  def update(grads, state, params=None):
+    held = state.count < steps
+
+    def gate(path, x):
+      if frozen(tuple(k.key for k in path)):
+        return jnp.where(held, jnp.zeros_like(x), x)
+      return x
+
+    grads = jax.tree_util.tree_map_with_path(gate, grads)
+    updates, inner_state = inner.update(grads, state.inner, params)
+    updates = jax.tree_util.tree_map_with_path(gate, updates)
+    return updates, FreezeState(state.count + 1, inner_state)
+
+  return optax.GradientTransformation(init, update)
 
 
 def init_tokens(config: Config) -> jax.ShapeDtypeStruct:

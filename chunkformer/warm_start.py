@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -30,13 +30,14 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, ModelConfig
 
 # Model fields a warm-started run may change: attention layout, added token shifts, execution.
 MAY_DIFFER = frozenset({"attention", "layer_pattern", "key_shift", "value_shift", "dtype",
                         "param_dtype", "remat"})
-Path = tuple[str, ...]
+Path = state_lib.Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +104,6 @@ def load_into(config: Config, fresh: Any, source_params: Any, step: int) -> Any:
   return fresh.replace(params=traverse_util.unflatten_dict(flat))
 
 
-class FreezeState(NamedTuple):
-  count: jax.Array  # updates applied so far
-  inner: Any
-
-
 def train_only_new(inner: optax.GradientTransformation, steps: int,
                    new_paths: Callable[[], frozenset[Path]]) -> optax.GradientTransformation:
   """``inner``, except that for the first ``steps`` updates only ``new_paths()`` change.
@@ -115,24 +111,7 @@ def train_only_new(inner: optax.GradientTransformation, steps: int,
   ``new_paths`` is called when the update is traced (training), never by ``init``, so that
   restoring a finished run for evaluation does not need the source run.
   """
-  def init(params):
-    return FreezeState(jnp.zeros((), jnp.int32), inner.init(params))
-
-  def update(grads, state, params=None):
-    new = new_paths()
-    frozen = state.count < steps
-
-    def gate(path, x):
-      if tuple(k.key for k in path) in new:
-        return x
-      return jnp.where(frozen, jnp.zeros_like(x), x)
-
-    grads = jax.tree_util.tree_map_with_path(gate, grads)
-    updates, inner_state = inner.update(grads, state.inner, params)
-    updates = jax.tree_util.tree_map_with_path(gate, updates)
-    return updates, FreezeState(state.count + 1, inner_state)
-
-  return optax.GradientTransformation(init, update)
+  return state_lib.freeze_for(inner, steps, lambda path: path not in new_paths())
 
 
 def optimizer(config: Config, inner: optax.GradientTransformation) -> optax.GradientTransformation:

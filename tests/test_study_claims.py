@@ -253,6 +253,15 @@ def test_shift_map_and_chunk_phase_shares():
   assert "| fixed M=4, shift 4 | - | - | - |" in text
   # full attention is the control row, after the compressed ones; seeds averaged (gaps 0.5, 0)
   assert text.rstrip().endswith("| full, shift 2 | - | 0.250 / 0.938 (n=2) | - |")
+  # a shift trained only after step N is a row of its own, after the plain widths
+  late = _record("fixed_m4_shift3_late", 0, 4, _weak_phase(4, 2, 0.0), key_len=2, value_len=2,
+                 key_shift=True, key_shift_width=3, key_shift_frozen_steps=5)
+  rows = [line for line in study_tables.shift_map([shifted, late]) if line.startswith("| ")]
+  assert rows[1:] == ["| fixed M=4, shift 0 | - | - | - |",
+                      "| fixed M=4, shift 2 | - | - | - |",
+                      "| fixed M=4, shift 3 | - | 0.000 / 1.000 (n=1) | - |",
+                      "| fixed M=4, shift 4 | - | - | - |",
+                      "| fixed M=4, shift 3 after step 5 | - | 1.000 / 0.750 (n=1) | - |"]
   phases = np.tile(np.array([0, 0, 0, 1] * 4), (Y, 1))  # phase 1 in a quarter of the trials
   correct = np.ones((Y, 16))
   correct[:, 3::4] = 0

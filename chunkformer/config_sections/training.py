@@ -27,6 +27,9 @@ class TrainConfig:
   keep_checkpoints: int = 3
   grad_accum_steps: int = 1  # micro-batches per update; data.batch_size is the whole update
   peak_tflops: float = 0.0  # per-device peak for MFU; 0 = device table (chunkformer/flops.py)
+  # A curriculum for model.key_shift: the first N updates hold every token-shift weight at its
+  # zero init, so the model first learns without the shift's shortcut (0 = off).
+  shift_frozen_steps: int = 0
 
   def validate(self) -> None:
     require(self.steps >= 0, "train.steps", f"must be >= 0, got {self.steps}")
@@ -36,6 +39,10 @@ class TrainConfig:
     require_positive(self, ("log_every", "eval_every", "eval_batches", "checkpoint_every",
                             "keep_checkpoints", "grad_accum_steps"), "train")
     require(self.peak_tflops >= 0, "train.peak_tflops", "must be >= 0 (0 = device table)")
+    require(0 <= self.shift_frozen_steps, "train.shift_frozen_steps", "must be >= 0 (0 = off)")
+    require(not self.shift_frozen_steps or self.shift_frozen_steps < self.steps,
+            "train.shift_frozen_steps", f"{self.shift_frozen_steps} must be below train.steps="
+            f"{self.steps}, or the shift never trains")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,17 +177,19 @@ def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
 def _shift_row_of(r: VariantRecord) -> str | None:
   s = r.setup
   width = s.key_shift_width if s.key_shift else 0
+  shift = f"shift {width}" + (f" after step {s.key_shift_frozen_steps}"
+                              if s.key_shift and s.key_shift_frozen_steps else "")
   if s.task != "kv":
     return None
   if s.attention == "full":
-    return f"full, shift {width}"
+    return f"full, {shift}"
   if s.chunk_size != 4:
     return None
   if s.attention == "fixed" and s.rope and s.pooling == "gated" and not (
       s.overlap or s.stagger or s.random_phase):
-    return f"fixed M=4, shift {width}"
+    return f"fixed M=4, {shift}"
   if s.attention == "dynamic" and s.chunking.startswith("dynamic/router"):
-    return f"router 4, shift {width}"
+    return f"router 4, {shift}"
   return None
 
 
@@ -203,11 +205,13 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
   shown = {(k, v) for k, v, _ in blocks}
   columns = sorted([*blocks, *((k, k, None) for k in NEEDLE_LENGTHS if (k, k) not in shown)],
                    key=lambda b: (b[0], b[1], b[2] or 0))
+  named = {row for row, _ in cells}
   fixed_widths = sorted(set(SHIFT_WIDTHS) | {
-      int(row.rsplit(" ", 1)[1]) for row, _ in cells if row.startswith("fixed")})
+      int(row.rsplit(" ", 1)[1]) for row in named
+      if row.startswith("fixed") and " after step " not in row})
   rows = [f"fixed M=4, shift {w}" for w in fixed_widths]
-  rows += sorted({row for row, _ in cells if row.startswith("router")})
-  rows += sorted({row for row, _ in cells if row.startswith("full")})
+  for kind in ("fixed", "router", "full"):  # the fixed rows with a delayed shift come next
+    rows += sorted(row for row in named if row.startswith(kind) and row not in rows)
 
   def heading(block):
     k, v, steps = block

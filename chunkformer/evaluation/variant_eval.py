@@ -93,8 +93,9 @@ def describe(variant: Variant) -> VariantSetup:
                                                          first.stagger != "none"),
                             ("random-phase", first.random_phase)) if on]
     chunking = "/".join(["fixed"] + tags)
+  frozen = variant.config.train.shift_frozen_steps
   if m.key_shift:
-    chunking += f"+shift{m.key_shift}"
+    chunking += f"+shift{m.key_shift}" + (f"@{frozen}" if frozen else "")
   data = variant.config.data
   return VariantSetup(
       variant=unit_variant(variant.name), name=variant.name, attention=attention,
@@ -106,7 +107,7 @@ def describe(variant: Variant) -> VariantSetup:
       stagger=bool(compressed and first.stagger != "none"),
       stagger_mode=first.stagger if compressed else "none",
       random_phase=bool(compressed and first.random_phase), key_shift=bool(m.key_shift),
-      key_shift_width=m.key_shift, window=first.window, task=data.task, key_len=data.key_len,
+      key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, window=first.window, task=data.task, key_len=data.key_len,
       value_len=data.value_len, seq_len=data.seq_len, seed=variant.config.seed,
       source=variant.source,
       overrides={k: v if isinstance(v, (int, float, str, bool)) else str(v)

@@ -34,6 +34,11 @@ from chunkformer.evaluation.records import (
 IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 
+# Setup fields newer than some committed results.json files: absent there, they take the
+# dataclass default (what those runs had).
+_ADDED_LATER = ("key_shift_frozen_steps",)
+
+
 @dataclasses.dataclass(frozen=True)
 class VariantSetup:
   """What was trained: the descriptive fields of the variant's resolved config."""
@@ -41,6 +46,7 @@ class VariantSetup:
   variant: str  # the variant; its seeds share it (results.json "variant")
   attention: str  # "full", "fixed" or "dynamic" (of the compressed layers)
   chunking: str  # e.g. "fixed/overlap", "dynamic/router", "+shift2" for a key shift
+  # ("+shift2@1500": the shift trained only after update 1500, train.shift_frozen_steps)
   # Defaults describe a plain 1-token kv model; a sweep fills every field from the config.
   layer_kinds: tuple[str, ...] = ()
   chunk_size: int | None = None  # M (or a dynamic layer's target); None without compression
@@ -53,6 +59,7 @@ class VariantSetup:
   random_phase: bool = False
   key_shift: bool = False
   key_shift_width: int = 0
+  key_shift_frozen_steps: int = 0  # train.shift_frozen_steps: updates before the shift trains
   window: int = 0
   task: str = "kv"
   key_len: int = 1
@@ -78,7 +85,9 @@ class VariantSetup:
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> VariantSetup:
-    values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name != "variant"}
+    values = {f.name: data[f.name] for f in dataclasses.fields(cls)
+              if f.name not in ("variant", *_ADDED_LATER)}
+    values.update({name: data[name] for name in _ADDED_LATER if name in data})
     values["variant"] = data.get("variant", data["name"])
     values["layer_kinds"] = tuple(values["layer_kinds"])
     values["chunk_sizes"] = tuple(int(m) for m in values["chunk_sizes"])
