@@ -107,9 +107,9 @@ def describe(variant: Variant) -> VariantSetup:
       stagger=bool(compressed and first.stagger != "none"),
       stagger_mode=first.stagger if compressed else "none",
       random_phase=bool(compressed and first.random_phase), key_shift=bool(m.key_shift),
-      key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, window=first.window, task=data.task, key_len=data.key_len,
-      value_len=data.value_len, seq_len=data.seq_len, seed=variant.config.seed,
-      source=variant.source,
+      key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, window=first.window,
+      task=data.task, key_len=data.key_len, value_len=data.value_len, seq_len=data.seq_len,
+      seed=variant.config.seed, source=variant.source,
       overrides={k: v if isinstance(v, (int, float, str, bool)) else str(v)
                  for k, v in variant.overrides.items()},
       workdir=variant.workdir)
