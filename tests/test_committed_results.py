@@ -161,6 +161,12 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert "3000 steps" in by_id["C5"].reason and "longer budget" in by_id["C5"].reason
     # C9 is mapped beyond 1-token needles: there the shift reduces the gap but stays periodic.
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
+    # Eighth part: the shift trained only in the second half (2 seeds each); still periodic.
+    assert all(seeds[v] == {0, 1} for v in (
+        "fixed_m4_kv2_shift3_late", "full_kv2_shift3_late", "fixed_m4_kv3_shift4_late"))
+    assert {r.setup.key_shift_frozen_steps for r in variants
+            if r.setup.variant.endswith("_late")} == {1500, 1250}
+    assert "fixed_m4_kv2_shift3_late: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.

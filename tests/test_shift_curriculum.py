@@ -3,7 +3,8 @@
 The optimiser holds exactly the TokenShift weights (found by their module names in a real
 model), gives them zero update and zero moments while held, trains them afterwards, and leaves
 every other weight training throughout; configs that could not mean it are refused by name.
-The freeze shared with warm_start (train_only_new) is the same transformation.
+The freeze shared with warm_start (train_only_new) is the same transformation. While the
+shift is held, training is the plain model's, update for update (same init, data, schedule).
 """
 
 import chex
@@ -12,12 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import traverse_util
 
+from chunkformer import checkpointing, trainer, warm_start
 from chunkformer import config as config_lib
+from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
-from chunkformer import warm_start
 from chunkformer.config import ConfigError, ModelConfig, TrainConfig
 from chunkformer.evaluation.variant_record import VariantSetup
+from configs import smoke
 
 HELD = 3
 
@@ -100,8 +104,41 @@ def test_results_written_before_the_field_read_back_with_the_shift_trained_throu
   setup = VariantSetup("fixed_m4_kv2_shift3", "fixed", "fixed+shift3", key_shift=True,
                        key_shift_width=3)
   stored = setup.to_json()
-  del stored["key_shift_frozen_steps"]
+  assert "key_shift_frozen_steps" not in stored  # such files are written as before
   chex.assert_equal(VariantSetup.from_json(stored), setup)
   late = VariantSetup("late", "fixed", "fixed+shift3@5", key_shift=True, key_shift_width=3,
                       key_shift_frozen_steps=5)
+  assert late.to_json()["key_shift_frozen_steps"] == 5
   assert VariantSetup.from_json(late.to_json()) == late
+
+
+def _trained(tmp_path, name, **model):
+  """The smoke config, 4 updates with a checkpoint after each; params after 3 and 4."""
+  c = smoke.get_config()
+  c.train.update(steps=4, checkpoint_every=1, keep_checkpoints=4, eval_every=100)
+  c.model.update(model)
+  if model.get("key_shift"):
+    c.train.shift_frozen_steps = HELD
+  config = config_lib.from_dict(c.to_dict())
+  workdir = str(tmp_path / name)
+  trainer.train(config, workdir)
+  rt = runtime_lib.build(config)
+  checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
+  try:
+    return [traverse_util.flatten_dict(checkpointer.manager.restore(
+        step, args=checkpointing.ocp.args.StandardRestore(rt.abstract_state)).params)
+            for step in (HELD, HELD + 1)]
+  finally:
+    checkpointer.close()
+
+
+def test_while_held_the_run_is_the_plain_models_and_the_shift_trains_after(tmp_path):
+  plain = _trained(tmp_path, "plain", key_shift=0)
+  held = _trained(tmp_path, "held", key_shift=2)
+  shifts = {k for k in held[0] if state_lib.is_token_shift(k)}
+  assert shifts and set(held[0]) - shifts == set(plain[0])
+  for k in shifts:
+    np.testing.assert_array_equal(held[0][k], 0.0)
+    assert np.abs(np.asarray(held[1][k])).max() > 0
+  for k in plain[0]:  # same init, data and schedule: the same run up to float rounding
+    np.testing.assert_allclose(held[0][k], plain[0][k], rtol=1e-5, atol=1e-6, err_msg=str(k))

@@ -35,7 +35,7 @@ IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 
 # Setup fields newer than some committed results.json files: absent there, they take the
-# dataclass default (what those runs had).
+# dataclass default (what those runs had), and at their default they are not written.
 _ADDED_LATER = ("key_shift_frozen_steps",)
 
 
@@ -79,6 +79,8 @@ class VariantSetup:
     out = {"name": self.name}
     for f in dataclasses.fields(self):
       value = getattr(self, f.name)
+      if f.name in _ADDED_LATER and value == f.default:
+        continue  # files of runs without it stay as they were
       out[f.name] = list(value) if isinstance(value, tuple) else (
           dict(value) if isinstance(value, Mapping) else value)
     return out
