@@ -165,6 +165,8 @@ def _sweep(variants, **settings):
     ({"a": SMOKE}, {"num_offsets": 40}, "sweep.num_offsets"),
     ({"a": SMOKE}, {"num_offsets": 6, "reference_chunk_size": 4}, "sweep.num_offsets.*>= 12"),
     ({"a": SMOKE}, {"order": ("a", "b")}, "sweep.order.*'b'"),
+    ({"a": SMOKE}, {"order": ("(a,b)",)}, r"no variant '\(a,b\)'; on the command line a tuple "
+     "needs quoted names"),
 ])
 def test_bad_sweep_input_fails_before_anything_is_written(tmp_path, variants, settings, match):
   workdir = tmp_path / "sweep"

@@ -286,7 +286,9 @@ def resolve(config: ml_collections.ConfigDict, workdir: str) -> Sweep:
   order = settings.order or tuple(sorted(definitions))
   for name in order:
     if name not in definitions:
-      raise ConfigError(f"config field 'sweep.order': no variant {name!r}; defined: "
+      hint = ("; on the command line a tuple needs quoted names: "
+              "\"--config.sweep.order=('a', 'b')\"" if "," in name else "")
+      raise ConfigError(f"config field 'sweep.order': no variant {name!r}{hint}; defined: "
                         f"{', '.join(sorted(definitions))}")
     if not _NAME.fullmatch(name):
       raise ConfigError(f"config field 'variants.{name}': a variant name must be a plain "
