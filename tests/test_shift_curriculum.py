@@ -15,13 +15,13 @@ import optax
 import pytest
 from flax import traverse_util
 
-from chunkformer import checkpointing, trainer, warm_start
 from chunkformer import config as config_lib
-from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
+from chunkformer import trainer, warm_start
 from chunkformer.config import ConfigError, ModelConfig, TrainConfig
 from chunkformer.evaluation.variant_record import VariantSetup
 from configs import smoke
+from tests.checkpoint_params import params_at
 
 HELD = 3
 
@@ -122,14 +122,8 @@ def _trained(tmp_path, name, **model):
   config = config_lib.from_dict(c.to_dict())
   workdir = str(tmp_path / name)
   trainer.train(config, workdir)
-  rt = runtime_lib.build(config)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
-  try:
-    return [traverse_util.flatten_dict(checkpointer.manager.restore(
-        step, args=checkpointing.ocp.args.StandardRestore(rt.abstract_state)).params)
-            for step in (HELD, HELD + 1)]
-  finally:
-    checkpointer.close()
+  return [traverse_util.flatten_dict(params_at(workdir, config, step))
+          for step in (HELD, HELD + 1)]
 
 
 def test_while_held_the_run_is_the_plain_models_and_the_shift_trains_after(tmp_path):

@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from chunkformer import checkpointing, trainer, warm_start
 from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
+from chunkformer import trainer, warm_start
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.convert import qwen3
 from chunkformer.evaluation import trained as trained_lib
 from configs import from_pretrained
+from tests.checkpoint_params import params_at
 from tests.hf_qwen3 import save_tiny_qwen3
 
 FREEZE = 4
@@ -47,16 +48,6 @@ def continued_config(source: str, **model_changes) -> config_lib.Config:
                        eval_batches=1, checkpoint_every=FREEZE, keep_checkpoints=3)
   base["init"]["train_only_new_steps"] = FREEZE
   return config_lib.from_dict(base)
-
-
-def _params_at(workdir: str, config, step: int):
-  rt = runtime_lib.build(config)
-  checkpointer = checkpointing.Checkpointer(workdir, config.train, read_only=True)
-  try:
-    return checkpointer.manager.restore(
-        step, args=checkpointing.ocp.args.StandardRestore(rt.abstract_state)).params
-  finally:
-    checkpointer.close()
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +77,8 @@ def test_loaded_weights_frozen_while_only_new_ones_train(continued, source):
   config, workdir, _ = continued
   _, _, original, _ = runtime_lib.restore_newest(source)
   plan = warm_start.plan(config)
-  frozen = traverse_util.flatten_dict(_params_at(workdir, config, FREEZE))
-  final = traverse_util.flatten_dict(_params_at(workdir, config, config.train.steps))
+  frozen = traverse_util.flatten_dict(params_at(workdir, config, FREEZE))
+  final = traverse_util.flatten_dict(params_at(workdir, config, config.train.steps))
   original = traverse_util.flatten_dict(original)
   for path in plan.loaded:
     np.testing.assert_array_equal(frozen[path], original[path], err_msg="/".join(path))
@@ -108,8 +99,8 @@ def test_resumed_continued_run_ends_with_identical_parameters(continued, tmp_pat
   shutil.rmtree(os.path.join(resumed, "checkpoints", str(config.train.steps)))
   os.remove(os.path.join(resumed, workdir_lib.FINAL_METRICS_FILE))
   trainer.train(config, resumed)
-  chex.assert_trees_all_equal(_params_at(resumed, config, config.train.steps),
-                              _params_at(workdir, config, config.train.steps))
+  chex.assert_trees_all_equal(params_at(resumed, config, config.train.steps),
+                              params_at(workdir, config, config.train.steps))
   assert trained_lib.load(resumed).step == config.train.steps
 
 
