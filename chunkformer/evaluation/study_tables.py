@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -174,27 +174,45 @@ def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
                                                                       strict=True)}
 
 
-def _shift_row_of(r: VariantRecord) -> str | None:
+_SHIFT_KINDS = ("fixed M=4", "router 4", "full")  # the shift map's models, in row order
+
+
+class _ShiftRow(NamedTuple):
+  """A row of the shift map (``order`` sorts them: by model, plain shifts before delayed ones,
+  then width)."""
+
+  kind: int  # index into _SHIFT_KINDS
+  frozen_steps: int  # updates before the shift trains (train.shift_frozen_steps)
+  width: int  # 0 = no shift
+
+  @property
+  def label(self) -> str:
+    after = f" after step {self.frozen_steps}" if self.frozen_steps else ""
+    return f"{_SHIFT_KINDS[self.kind]}, shift {self.width}{after}"
+
+  def order(self) -> tuple[int, bool, int, int]:
+    return self.kind, self.frozen_steps > 0, self.width, self.frozen_steps
+
+
+def _shift_row_of(r: VariantRecord) -> _ShiftRow | None:
   s = r.setup
-  width = s.key_shift_width if s.key_shift else 0
-  shift = f"shift {width}" + (f" after step {s.key_shift_frozen_steps}"
-                              if s.key_shift and s.key_shift_frozen_steps else "")
   if s.task != "kv":
     return None
+  shift = (s.key_shift_frozen_steps, s.key_shift_width) if s.key_shift else (0, 0)
   if s.attention == "full":
-    return f"full, {shift}"
+    return _ShiftRow(2, *shift)
   if s.chunk_size != 4:
     return None
   if s.attention == "fixed" and s.rope and s.pooling == "gated" and not (
       s.overlap or s.stagger or s.random_phase):
-    return f"fixed M=4, {shift}"
+    return _ShiftRow(0, *shift)
   if s.attention == "dynamic" and s.chunking.startswith("dynamic/router"):
-    return f"router 4, {shift}"
+    return _ShiftRow(1, *shift)
   return None
 
 
 def shift_map(records: Sequence[VariantRecord]) -> list[str]:
-  cells: dict[tuple[str, tuple[int, int, int]], list[VariantRecord]] = {}
+  cells: dict[tuple[_ShiftRow, tuple[int, int, int]], list[VariantRecord]] = {}
   for r in records:
     row = _shift_row_of(r)
     if row is not None:
@@ -205,13 +223,9 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
   shown = {(k, v) for k, v, _ in blocks}
   columns = sorted([*blocks, *((k, k, None) for k in NEEDLE_LENGTHS if (k, k) not in shown)],
                    key=lambda b: (b[0], b[1], b[2] or 0))
-  named = {row for row, _ in cells}
-  fixed_widths = sorted(set(SHIFT_WIDTHS) | {
-      int(row.rsplit(" ", 1)[1]) for row in named
-      if row.startswith("fixed") and " after step " not in row})
-  rows = [f"fixed M=4, shift {w}" for w in fixed_widths]
-  for kind in ("fixed", "router", "full"):  # the fixed rows with a delayed shift come next
-    rows += sorted(row for row in named if row.startswith(kind) and row not in rows)
+  # every plain fixed width of the map has a row, measured or not
+  rows = sorted({row for row, _ in cells} | {_ShiftRow(0, 0, w) for w in SHIFT_WIDTHS},
+                key=_ShiftRow.order)
 
   def heading(block):
     k, v, steps = block
@@ -231,7 +245,7 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
       mean_gap = number(np.mean(gaps) if gaps else None)
       mean_acc = number(np.mean(accs) if accs else None)
       out.append(MISSING if not runs else f"{mean_gap} / {mean_acc} (n={len(runs)})")
-    lines.append(f"| {row} | " + " | ".join(out) + " |")
+    lines.append(f"| {row.label} | " + " | ".join(out) + " |")
   return lines
 
 
