@@ -84,7 +84,8 @@ def layer_forward_flops(m: ModelConfig, layer: int, seq_len: int) -> dict[str, f
   e, h, kh, d = m.d_model, m.num_heads, m.num_kv_heads, m.head_dim
   proj = 2 * e * (h + 2 * kh) * d + 2 * h * d * e
   if m.key_shift:
-    proj += 2 * (m.key_shift - 1) * e * kh * d * (2 if m.value_shift else 1)
+    proj += 2 * (m.key_shift - 1) * e * d * (kh * (2 if m.value_shift else 1)
+                                             + (h if m.query_shift else 0))
   parts = {"projections": float(proj),
            "attention": 4.0 * h * d * _mean_keys(seq_len, a),
            "compressor": _compressor_flops(m, a, seq_len),

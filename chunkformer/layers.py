@@ -158,9 +158,9 @@ def shift_right(x_BxTx_: Array, shift: int, segment_ids_BxT: Array | None = None
   return shifted
 
 
-# Module names a TokenShift takes (keys' and values' shifts); train.shift_frozen_steps finds
-# the shift weights by them.
-TOKEN_SHIFT_MODULES = ("key_shift", "value_shift")
+# Module names a TokenShift takes (keys', values' and queries' shifts); train.shift_frozen_steps
+# finds the shift weights by them.
+TOKEN_SHIFT_MODULES = ("key_shift", "value_shift", "query_shift")
 
 
 class TokenShift(nn.Module):
@@ -169,6 +169,8 @@ class TokenShift(nn.Module):
   ``width = 2`` is the token shift k_t += W' x_{t-1}; it lets every key carry its predecessor,
   which gives full attention an induction shortcut and moves a needle's key into whatever chunk
   its value lands in. Zero-initialised, so a fresh model starts from the plain layout.
+  On queries (``model.query_shift``) it gives the query side the same one-layer view of the
+  preceding tokens, so a multi-token key can be matched whole without a previous-token head.
   """
 
   width: int

@@ -57,7 +57,7 @@ Path = tuple[str, ...]  # a parameter's path of module and parameter names
 
 
 def is_token_shift(path: Path) -> bool:
-  """A weight of a token shift (``layers.TokenShift``, named for the keys or values it mixes)."""
+  """A weight of a token shift (``layers.TokenShift``, named for what it mixes into)."""
   return any(name in TOKEN_SHIFT_MODULES for name in path)
 
 

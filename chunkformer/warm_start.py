@@ -35,8 +35,8 @@ from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, ModelConfig
 
 # Model fields a warm-started run may change: attention layout, added token shifts, execution.
-MAY_DIFFER = frozenset({"attention", "layer_pattern", "key_shift", "value_shift", "dtype",
-                        "param_dtype", "remat"})
+MAY_DIFFER = frozenset({"attention", "layer_pattern", "key_shift", "value_shift", "query_shift",
+                        "dtype", "param_dtype", "remat"})
 Path = state_lib.Path
 
 

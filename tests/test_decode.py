@@ -16,10 +16,11 @@ V, T = 32, 18  # prompt + steps cross the chunk boundaries at tokens 7, 11 and 1
 
 
 def _model(layer_pattern="kind=fixed;kind=window;kind=full", num_layers=3, key_shift=0,
-           rope=True, num_kv_heads=2, compressed_rope_base=0.0, **attn):
+           query_shift=False, rope=True, num_kv_heads=2, compressed_rope_base=0.0, **attn):
   return ModelConfig(vocab_size=V, num_layers=num_layers, d_model=32, num_heads=4,
                      num_kv_heads=num_kv_heads, head_dim=8, mlp_dim=64, rope=rope,
-                     key_shift=key_shift, compressed_rope_base=compressed_rope_base,
+                     key_shift=key_shift, query_shift=query_shift,
+                     compressed_rope_base=compressed_rope_base,
                      layer_pattern=layer_pattern,
                      attention=AttentionConfig(**{"kind": "fixed", "chunk_size": 4, "window": 3,
                                                   **attn}))
@@ -48,6 +49,8 @@ class DecodeTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ("full_only", dict(layer_pattern="kind=full", num_layers=2, key_shift=2), 5),
       ("overlap_rope", dict(overlap=True), 5),
+      # keys and queries shifted: each decoding step's query needs the cached history too
+      ("query_shift", dict(key_shift=3, query_shift=True, overlap=True), 5),
       ("staggered_heads_no_indexer", dict(stagger="heads", overlap=True, layer_pattern="",
                                           num_layers=1), 3),
       ("overlap_norope", dict(overlap=True, rope=False), 5),
@@ -63,6 +66,9 @@ class DecodeTest(parameterized.TestCase):
       ("deepseek_v4_layout", dict(
           layout="deepseek_v4", query_rank=16, output_groups=2, output_rank=8, sink=True,
           layer_pattern="overlap=true,topk=2;kind=window;chunk_size=8"), 5),
+      ("deepseek_v4_layout_query_shift", dict(
+          layout="deepseek_v4", query_rank=16, output_groups=2, output_rank=8, key_shift=2,
+          query_shift=True, layer_pattern="overlap=true;kind=window"), 5),
   )
   def test_decode_matches_forward(self, config, prompt_len):
     self._check_decode_matches_forward(_model(**config), prompt_len)

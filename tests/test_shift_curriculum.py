@@ -74,11 +74,11 @@ def test_without_a_held_shift_the_optimiser_is_plain_adamw():
 
 def test_the_held_weights_are_exactly_the_models_token_shifts():
   model = ModelConfig(vocab_size=32, num_layers=2, d_model=16, num_heads=2, num_kv_heads=2,
-                      head_dim=8, mlp_dim=32, key_shift=3, value_shift=True)
+                      head_dim=8, mlp_dim=32, key_shift=3, value_shift=True, query_shift=True)
   paths = warm_start.param_shapes(model)
   held = sorted("/".join(p) for p in paths if state_lib.is_token_shift(p))
-  # per layer: the key and value shifts, each with width - 1 = 2 matrices
-  assert len(held) == 2 * 2 * 2, held
+  # per layer: the key, value and query shifts, each with width - 1 = 2 matrices
+  assert len(held) == 2 * 3 * 2, held
   assert all(p.rsplit("/", 1)[1] in ("shift_1", "shift_2") for p in held)
   no_shift = ModelConfig(vocab_size=32, num_layers=2, d_model=16, num_heads=2, num_kv_heads=2,
                          head_dim=8, mlp_dim=32)

@@ -262,6 +262,12 @@ def test_shift_map_and_chunk_phase_shares():
                       "| fixed M=4, shift 3 | - | 0.000 / 1.000 (n=1) | - |",
                       "| fixed M=4, shift 4 | - | - | - |",
                       "| fixed M=4, shift 3 after step 5 | - | 1.000 / 0.750 (n=1) | - |"]
+  # keys and queries shifted: a row of its own, after every key-only shift of its model
+  both = _record("fixed_m4_qkshift3", 0, 4, _weak_phase(4, 1, 0.0), key_len=2, value_len=2,
+                 key_shift=True, key_shift_width=3, query_shift=True)
+  rows = [line for line in study_tables.shift_map([late, both]) if line.startswith("| ")]
+  assert rows[-2:] == ["| fixed M=4, shift 3 after step 5 | - | 1.000 / 0.750 (n=1) | - |",
+                       "| fixed M=4, shift 3 (keys and queries) | - | 1.000 / 0.750 (n=1) | - |"]
   phases = np.tile(np.array([0, 0, 0, 1] * 4), (Y, 1))  # phase 1 in a quarter of the trials
   correct = np.ones((Y, 16))
   correct[:, 3::4] = 0

@@ -60,6 +60,9 @@ class QKVProjection(nn.Module):
       if m.value_shift:
         v = v + TokenShift(m.key_shift, (m.num_kv_heads, m.head_dim),
                            name="value_shift")(x_BxTxE, ctx.segment_ids_BxT)
+      if m.query_shift:
+        q = q + TokenShift(m.key_shift, (m.num_heads, m.head_dim), ("heads", "head_dim"),
+                           name="query_shift")(x_BxTxE, ctx.segment_ids_BxT)
     if m.qk_norm:
       q = RMSNorm(axis_name="head_dim", eps=m.norm_eps, name="q_norm")(q)
       k = RMSNorm(axis_name="head_dim", eps=m.norm_eps, name="k_norm")(k)

@@ -41,7 +41,8 @@ def index_model(model: ModelConfig, attn: AttentionConfig) -> ModelConfig:
   the layer's rotating channels, no token shift."""
   rope_fraction = model.rope_dim / attn.index_head_dim if model.rope else 0.0
   return dataclasses.replace(model, num_kv_heads=1, head_dim=attn.index_head_dim,
-                             rope_fraction=rope_fraction, key_shift=0, value_shift=False)
+                             rope_fraction=rope_fraction, key_shift=0, value_shift=False,
+                             query_shift=False)
 
 
 def index_scores(q_BxTxIxD: Array, weights_BxTxI: Array, entry_k_BxCxD: Array) -> Array:

@@ -51,6 +51,9 @@ class V4Projection(nn.Module):
     self.kv_norm = RMSNorm(axis_name="head_dim")
     if m.key_shift:
       self.key_shift = TokenShift(m.key_shift, (m.num_kv_heads, m.head_dim))
+      if m.query_shift:
+        self.query_shift = TokenShift(m.key_shift, (m.num_heads, m.head_dim),
+                                      ("heads", "head_dim"))
 
   def query_residual(self, x_BxTxE: Array) -> Array:
     """q_r_BxTxRq = RMSNorm(x W_qa): the low-rank query, shared with the lightning indexer."""
@@ -59,7 +62,10 @@ class V4Projection(nn.Module):
   def __call__(self, x_BxTxE: Array, ctx) -> tuple[Array, Array, Array]:
     m = self.model
     rope = layer_rope(m, self.attn)
-    q = rms_normalize(self.wq_b(self.query_residual(x_BxTxE)))
+    q = self.wq_b(self.query_residual(x_BxTxE))
+    if m.key_shift and m.query_shift:
+      q = q + self.query_shift(x_BxTxE, ctx.segment_ids_BxT)
+    q = rms_normalize(q)
     kv = self.wkv(x_BxTxE)
     if m.key_shift:
       kv = kv + self.key_shift(x_BxTxE, ctx.segment_ids_BxT)

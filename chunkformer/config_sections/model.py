@@ -33,6 +33,7 @@ class ModelConfig:
   # False = plain x E^T, as Hugging Face Qwen3 (set by chunkformer/convert/qwen3.py)
   key_shift: int = 0  # width of a causal conv mixing x_{t-w+1..t} into keys; 0 = off
   value_shift: bool = False  # apply the same token shift to values
+  query_shift: bool = False  # and to queries (a query then sees its predecessors too)
   dtype: str = "float32"  # activation dtype
   # RoPE of compressed layers (kinds fixed, dynamic), as DeepSeek-V4: own base, YaRN.
   compressed_rope_base: float = 0.0  # 0 = rope_base (DeepSeek-V4: 160000)
@@ -78,6 +79,8 @@ class ModelConfig:
     )
     require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
     require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
+    require(not self.query_shift or self.key_shift > 1, "model.query_shift",
+            f"uses the width of model.key_shift, which must be >= 2; got {self.key_shift}")
     require(self.norm_eps > 0, "model.norm_eps", f"must be > 0, got {self.norm_eps}")
     one_of(self.dtype, DTYPES, "model.dtype")
     one_of(self.param_dtype, DTYPES, "model.param_dtype")

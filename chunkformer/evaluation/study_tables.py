@@ -178,27 +178,30 @@ _SHIFT_KINDS = ("fixed M=4", "router 4", "full")  # the shift map's models, in r
 
 
 class _ShiftRow(NamedTuple):
-  """A row of the shift map (``order`` sorts them: by model, plain shifts before delayed ones,
-  then width)."""
+  """A row of the shift map (``order`` sorts them: by model, plain key shifts, then delayed
+  ones, then shifts of keys and queries; then width)."""
 
   kind: int  # index into _SHIFT_KINDS
   frozen_steps: int  # updates before the shift trains (train.shift_frozen_steps)
   width: int  # 0 = no shift
+  queries: bool = False  # the queries carry the shift too (model.query_shift)
 
   @property
   def label(self) -> str:
     after = f" after step {self.frozen_steps}" if self.frozen_steps else ""
-    return f"{_SHIFT_KINDS[self.kind]}, shift {self.width}{after}"
+    on = " (keys and queries)" if self.queries else ""
+    return f"{_SHIFT_KINDS[self.kind]}, shift {self.width}{on}{after}"
 
-  def order(self) -> tuple[int, bool, int, int]:
-    return self.kind, self.frozen_steps > 0, self.width, self.frozen_steps
+  def order(self) -> tuple[int, bool, bool, int, int]:
+    return self.kind, self.queries, self.frozen_steps > 0, self.width, self.frozen_steps
 
 
 def _shift_row_of(r: VariantRecord) -> _ShiftRow | None:
   s = r.setup
   if s.task != "kv":
     return None
-  shift = (s.key_shift_frozen_steps, s.key_shift_width) if s.key_shift else (0, 0)
+  shift = ((s.key_shift_frozen_steps, s.key_shift_width, s.query_shift) if s.key_shift
+           else (0, 0, False))
   if s.attention == "full":
     return _ShiftRow(2, *shift)
   if s.chunk_size != 4:

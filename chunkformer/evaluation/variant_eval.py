@@ -95,7 +95,8 @@ def describe(variant: Variant) -> VariantSetup:
     chunking = "/".join(["fixed"] + tags)
   frozen = variant.config.train.shift_frozen_steps
   if m.key_shift:
-    chunking += f"+shift{m.key_shift}" + (f"@{frozen}" if frozen else "")
+    chunking += (f"+{'qk' if m.query_shift else ''}shift{m.key_shift}"
+                 + (f"@{frozen}" if frozen else ""))
   data = variant.config.data
   return VariantSetup(
       variant=unit_variant(variant.name), name=variant.name, attention=attention,
@@ -107,8 +108,9 @@ def describe(variant: Variant) -> VariantSetup:
       stagger=bool(compressed and first.stagger != "none"),
       stagger_mode=first.stagger if compressed else "none",
       random_phase=bool(compressed and first.random_phase), key_shift=bool(m.key_shift),
-      key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, window=first.window,
-      task=data.task, key_len=data.key_len, value_len=data.value_len, seq_len=data.seq_len,
+      key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, query_shift=m.query_shift,
+      window=first.window, task=data.task, key_len=data.key_len, value_len=data.value_len,
+      seq_len=data.seq_len,
       seed=variant.config.seed, source=variant.source,
       overrides={k: v if isinstance(v, (int, float, str, bool)) else str(v)
                  for k, v in variant.overrides.items()},

@@ -36,7 +36,7 @@ IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 # Setup fields newer than some committed results.json files: absent there, they take the
 # dataclass default (what those runs had), and at their default they are not written.
-_ADDED_LATER = ("key_shift_frozen_steps",)
+_ADDED_LATER = ("key_shift_frozen_steps", "query_shift")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,8 @@ class VariantSetup:
   variant: str  # the variant; its seeds share it (results.json "variant")
   attention: str  # "full", "fixed" or "dynamic" (of the compressed layers)
   chunking: str  # e.g. "fixed/overlap", "dynamic/router", "+shift2" for a key shift
-  # ("+shift2@1500": the shift trained only after update 1500, train.shift_frozen_steps)
+  # ("+shift2@1500": the shift trained only after update 1500, train.shift_frozen_steps;
+  # "+qkshift2": queries shifted as well, model.query_shift)
   # Defaults describe a plain 1-token kv model; a sweep fills every field from the config.
   layer_kinds: tuple[str, ...] = ()
   chunk_size: int | None = None  # M (or a dynamic layer's target); None without compression
@@ -60,6 +61,7 @@ class VariantSetup:
   key_shift: bool = False
   key_shift_width: int = 0
   key_shift_frozen_steps: int = 0  # train.shift_frozen_steps: updates before the shift trains
+  query_shift: bool = False  # model.query_shift: the queries carry the same shift
   window: int = 0
   task: str = "kv"
   key_len: int = 1
