@@ -50,6 +50,13 @@ the shift weights stay at their zero init for the first half of the budget
 learns without the shortcut, then with it. Width = key tokens + 1, the narrowest shift that
 carries the whole key into the first value token's key: fixed M = 4 and full attention (its
 control) with width 3 on 2-token needles, fixed M = 4 with width 4 on 3-token needles.
+The ninth part (keys and queries shifted, two seeds each, 2-token needles, 3000 steps): the
+eighth part's probe found the shifted fixed model matching the key's LAST token only: its query
+(at the query key's last token) sees the earlier key tokens only through a previous-token head
+of the layer below, which the shift lets it skip. Here the queries carry the same width-3
+shift as the keys (model.query_shift), trained from the start, so a whole 2-token key can be
+matched in one layer on both sides: fixed M = 4 and full attention (its control). Also a
+third seed of the eighth part's late full control (its two seeds split, 1 learned).
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
@@ -95,6 +102,7 @@ KV2_LONG_STEPS = 4000  # the seventh part's budget (module docstring)
 KV2_LONG = {**KV2, "train.steps": KV2_LONG_STEPS}
 KV3_STEPS = 2500  # the matched budget of the 3-token units (module docstring)
 KV3 = {"data.key_len": 3, "data.value_len": 3, "model.num_layers": 3, "train.steps": KV3_STEPS}
+QK_SHIFT3 = {"model.key_shift": 3, "model.query_shift": True}
 
 
 def _late_shift(width: int, steps: int) -> dict:
@@ -164,8 +172,11 @@ VARIANTS = {
     # Eighth part: the key shift trained only in the second half of the budget (docstring).
     "fixed_m4_kv2_shift3_late": (_fixed(4, **KV2, **_late_shift(3, KV2_STEPS)), 2),
     "full_kv2_shift3_late": (variant("configs/kv_full.py", {**KV2, **_late_shift(3, KV2_STEPS)}),
-                             2),
+                             3),
     "fixed_m4_kv3_shift4_late": (_fixed(4, **KV3, **_late_shift(4, KV3_STEPS)), 2),
+    # Ninth part: keys and queries shifted (width 3) from the start (docstring).
+    "fixed_m4_kv2_qkshift3": (_fixed(4, **KV2, **QK_SHIFT3), 2),
+    "full_kv2_qkshift3": (variant("configs/kv_full.py", {**KV2, **QK_SHIFT3}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
