@@ -57,6 +57,8 @@ of the layer below, which the shift lets it skip. Here the queries carry the sam
 shift as the keys (model.query_shift), trained from the start, so a whole 2-token key can be
 matched in one layer on both sides: fixed M = 4 and full attention (its control). Also a
 third seed of the eighth part's late full control (its two seeds split, 1 learned).
+The tenth part (the same on 3-token needles, two seeds each, 3 layers, 2500 steps): keys and
+queries shifted with width 4 (key tokens + 1), fixed M = 4 and full attention.
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
@@ -103,6 +105,7 @@ KV2_LONG = {**KV2, "train.steps": KV2_LONG_STEPS}
 KV3_STEPS = 2500  # the matched budget of the 3-token units (module docstring)
 KV3 = {"data.key_len": 3, "data.value_len": 3, "model.num_layers": 3, "train.steps": KV3_STEPS}
 QK_SHIFT3 = {"model.key_shift": 3, "model.query_shift": True}
+QK_SHIFT4 = {"model.key_shift": 4, "model.query_shift": True}
 
 
 def _late_shift(width: int, steps: int) -> dict:
@@ -177,6 +180,9 @@ VARIANTS = {
     # Ninth part: keys and queries shifted (width 3) from the start (docstring).
     "fixed_m4_kv2_qkshift3": (_fixed(4, **KV2, **QK_SHIFT3), 2),
     "full_kv2_qkshift3": (variant("configs/kv_full.py", {**KV2, **QK_SHIFT3}), 2),
+    # Tenth part: the same on 3-token needles with width 4 (docstring).
+    "fixed_m4_kv3_qkshift4": (_fixed(4, **KV3, **QK_SHIFT4), 2),
+    "full_kv3_qkshift4": (variant("configs/kv_full.py", {**KV3, **QK_SHIFT4}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
