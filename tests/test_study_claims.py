@@ -280,3 +280,29 @@ def test_shift_map_and_chunk_phase_shares():
   assert "0: 1.00 (75.0%), 1: 0.00 (25.0%)" in text
   assert "| dyn | 0..1 | 1 | 0.000 | 1.000 |" in text
   assert Interval(1.0, None, None).value == dyn.chunk_phase.gap.value
+
+
+def test_phase_dependent_haystacks_count_where_the_period_lives():
+  # haystack 0 is found only at phase 3 (span 1), haystack 1 misses half of phase 2 (span 0.5),
+  # haystack 2 misses one offset of phase 1 (span 1/12 with 48 offsets), the rest are perfect
+  offsets = np.arange(48)
+  correct = np.ones((4, 48))
+  correct[0, offsets % 4 != 3] = 0.0
+  correct[1, np.flatnonzero(offsets % 4 == 2)[:6]] = 0.0
+  correct[2, 1] = 0.0
+  matrix = correctness.Matrix(correct, offsets)
+  assert study_tables.phase_dependent_haystacks(matrix, 4) == 2
+  assert study_tables.phase_dependent_haystacks(matrix, 2) == 1  # by offset mod 2: only the first
+  # on the shift map's grid, per seed in seed order, '-' for an empty cell, '-' without matrices
+  runs = [_record(f"fixed_m4_qk_seed{s}", s, 4, correct[:, :OFFSETS.size], key_len=2,
+                  value_len=2, key_shift=True, key_shift_width=3, query_shift=True)
+          for s in (1, 0)]
+  store = {"fixed_m4_qk_seed0": {"needle_far": matrix},
+           "fixed_m4_qk_seed1": {"needle_far": correctness.Matrix(np.ones((4, 48)), offsets)}}
+  rows = [line for line in study_tables.phase_dependent_map(runs, store.get)
+          if line.startswith("| fixed M=4, shift 3 (keys")]
+  assert rows == ["| fixed M=4, shift 3 (keys and queries) | - | 2, 0 of 4 | - |"]
+  rows = [line for line in study_tables.phase_dependent_map(runs, {}.get)
+          if line.startswith("| fixed M=4, shift 3 (keys")]
+  assert rows == ["| fixed M=4, shift 3 (keys and queries) | - | - | - |"]
+  assert study_tables.phase_dependent_map(runs, None) == []

@@ -14,7 +14,9 @@
 - ``shift_map`` (C9): gap / mean accuracy over key shift width x needle block for fixed
   M = 4 models and the router on the same needles, and full attention with and without the
   shift (the control: what the shift costs or gives without compression), '-' where no
-  record exists.
+  record exists. ``phase_dependent_map``: on the same grid, per seed, how many far-depth
+  haystacks carry the period (accuracy by phase spanning >= 0.5), so a significant but small
+  gap can be told apart as a rare, needle-specific blind spot or a general one.
 - ``seed_table``: per variant with several seeds, far accuracy and max gap per seed, their
   mean with a Student-t interval across seeds, and the seed-pooled record's bootstrap interval
   (haystacks of every seed) and period-test p-value (``seed_pooling``).
@@ -22,12 +24,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from chunkformer.evaluation import (
+  correctness,
   seed_agreement,
   seed_pooling,
   split_labels,
@@ -214,7 +217,10 @@ def _shift_row_of(r: VariantRecord) -> _ShiftRow | None:
   return None
 
 
-def shift_map(records: Sequence[VariantRecord]) -> list[str]:
+def _shift_grid(records: Sequence[VariantRecord], title: str, note: str,
+                cell: Callable[[list[VariantRecord]], str]) -> list[str]:
+  """A table over the shift map's rows (model, shift) and columns (needle block); ``cell``
+  formats the records of one cell (their seeds)."""
   cells: dict[tuple[_ShiftRow, tuple[int, int, int]], list[VariantRecord]] = {}
   for r in records:
     row = _shift_row_of(r)
@@ -234,22 +240,68 @@ def shift_map(records: Sequence[VariantRecord]) -> list[str]:
     k, v, steps = block
     return f"key/value {k}/{v}" + ("" if steps is None else f", {steps} steps")
 
-  lines = ["", "## Key shift map (C9): gap / mean far accuracy by shift width and needle length",
-           "", "Seeds averaged (n = seeds); a column per needle length and training budget; "
+  lines = ["", f"## {title}", "", f"{note}; a column per needle length and training budget; "
            "'-' = no such record in the sweep.", "",
            "| model | " + " | ".join(heading(b) for b in columns) + " |",
            "|:--|" + "--:|" * len(columns)]
   for row in rows:
     out = []
     for block in columns:
-      runs = cells.get((row, block), [])
-      gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
-      accs = [r.far_accuracy for r in runs if r.far_accuracy is not None]
-      mean_gap = number(np.mean(gaps) if gaps else None)
-      mean_acc = number(np.mean(accs) if accs else None)
-      out.append(MISSING if not runs else f"{mean_gap} / {mean_acc} (n={len(runs)})")
+      runs = sorted(cells.get((row, block), []), key=lambda r: r.setup.seed)
+      out.append(cell(runs) if runs else MISSING)
     lines.append(f"| {row.label} | " + " | ".join(out) + " |")
   return lines
+
+
+def shift_map(records: Sequence[VariantRecord]) -> list[str]:
+  def gap_and_accuracy(runs):
+    gaps = [r.analysis.max_gap for r in runs if r.analysis.max_gap is not None]
+    accs = [r.far_accuracy for r in runs if r.far_accuracy is not None]
+    mean_gap = number(np.mean(gaps) if gaps else None)
+    mean_acc = number(np.mean(accs) if accs else None)
+    return f"{mean_gap} / {mean_acc} (n={len(runs)})"
+
+  return _shift_grid(
+      records, "Key shift map (C9): gap / mean far accuracy by shift width and needle length",
+      "Seeds averaged (n = seeds)", gap_and_accuracy)
+
+
+PHASE_DEPENDENT = 0.5  # best-phase minus worst-phase accuracy of one haystack's needle
+MAP_PERIOD = 4  # the shift map's models are M = 4 (or the router at 4, or full attention)
+
+
+def phase_dependent_haystacks(matrix: correctness.Matrix, period: int) -> int:
+  """Haystacks whose needle accuracy, by offset mod ``period``, spans >= PHASE_DEPENDENT.
+
+  A period test pools every haystack; this says how many carry the period: a blind spot in
+  every needle, or a few needles found at some phases and missed at the others.
+  """
+  phase_J = np.asarray(matrix.offsets_J) % period
+  by_phase_YxP = np.stack([np.asarray(matrix.correct_YxJ, float)[:, phase_J == p].mean(axis=1)
+                           for p in np.unique(phase_J)], axis=1)
+  return int(np.sum(by_phase_YxP.max(axis=1) - by_phase_YxP.min(axis=1) >= PHASE_DEPENDENT))
+
+
+def phase_dependent_map(records: Sequence[VariantRecord], load) -> list[str]:
+  """Per shift-map cell and seed, how many far-depth haystacks depend on the phase."""
+  if load is None:
+    return []
+
+  def counts(runs):
+    out = []
+    for r in runs:
+      matrix = (load(r.name) or {}).get(r.needle_matrix_name)
+      out.append(None if matrix is None else (phase_dependent_haystacks(matrix, MAP_PERIOD),
+                                              matrix.correct_YxJ.shape[0]))
+    if any(c is None for c in out):
+      return MISSING
+    return ", ".join(str(n) for n, _ in out) + f" of {out[0][1]}"
+
+  return _shift_grid(
+      records, "Where the period lives (C9): far-depth haystacks whose needle accuracy depends "
+      "on the phase", f"Per seed (seed order), haystacks whose accuracy by offset mod "
+      f"{MAP_PERIOD} spans >= {PHASE_DEPENDENT} (found at some phases, missed at others); full "
+      "attention shows the count without a chunk grid", counts)
 
 
 def _across_seeds(values: Sequence[float | None]) -> str:
@@ -296,5 +348,5 @@ def sections(records: Sequence[VariantRecord], claims: Sequence[Claim] = (),
   by_id = {c.id: c for c in claims}
   lines = (seed_table(records, pooled) + split_label_tables(records, by_id.get("C5"))
            + slot_null_table(by_id.get("C6")) + chunk_phase_table(records, load)
-           + shift_map(records))
+           + shift_map(records) + phase_dependent_map(records, load))
   return "\n".join(lines) + ("\n" if lines else "")
