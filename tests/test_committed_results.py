@@ -163,10 +163,18 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert "fixed_m4_kv2_shift2: NOT REPRODUCED" in by_id["C9"].reason
     # Eighth part: the shift trained only in the second half (2 seeds each); still periodic.
     assert all(seeds[v] == {0, 1} for v in (
-        "fixed_m4_kv2_shift3_late", "full_kv2_shift3_late", "fixed_m4_kv3_shift4_late"))
+        "fixed_m4_kv2_shift3_late", "fixed_m4_kv3_shift4_late"))
+    assert seeds["full_kv2_shift3_late"] == {0, 1, 2}  # a third seed in the ninth part
     assert {r.setup.key_shift_frozen_steps for r in variants
             if r.setup.variant.endswith("_late")} == {1500, 1250}
     assert "fixed_m4_kv2_shift3_late: NOT REPRODUCED" in by_id["C9"].reason
+    # Ninth and tenth parts: keys and queries shifted (2 seeds each); much higher accuracy, a
+    # small period left in both needle lengths.
+    assert all(seeds[v] == {0, 1} for v in (
+        "fixed_m4_kv2_qkshift3", "full_kv2_qkshift3", "fixed_m4_kv3_qkshift4",
+        "full_kv3_qkshift4"))
+    assert all(r.setup.query_shift == ("qkshift" in r.setup.variant) for r in variants)
+    assert "fixed_m4_kv2_qkshift3: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
