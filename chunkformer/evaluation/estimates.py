@@ -154,6 +154,17 @@ def _phase_sums(correct_YxJ: np.ndarray, index: np.ndarray,
   return sums_YxG.reshape(-1, num_groups), counts_YxG.reshape(-1, num_groups)
 
 
+def haystack_phase_spans(correct_YxJ, phases) -> np.ndarray:
+  """span_Y: each haystack's best-phase minus worst-phase accuracy (phases as in
+  ``phase_accuracy``; a phase group without trials in a haystack is left out of its span)."""
+  correct_YxJ = as_correct_YxJ(correct_YxJ)
+  labels_G, index = _group_index(_as_phases(phases, correct_YxJ.shape))
+  sums_YxG, counts_YxG = _phase_sums(correct_YxJ, index, labels_G.size)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    accuracy_YxG = sums_YxG / counts_YxG
+  return np.nanmax(accuracy_YxG, axis=1) - np.nanmin(accuracy_YxG, axis=1)
+
+
 def phase_accuracy(correct_YxJ, phases, *, num_resamples: int = 2000, confidence: float = 0.95,
                    seed: int = 0) -> PhaseAccuracy:
   """Accuracy per phase and the max-min gap over phases, with bootstrap intervals.

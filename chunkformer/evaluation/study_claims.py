@@ -57,7 +57,7 @@ def loader(workdir: str) -> Loader:
   return load
 
 
-def _far_matrix(record: VariantRecord, load: Loader) -> correctness.Matrix | None:
+def far_matrix(record: VariantRecord, load: Loader) -> correctness.Matrix | None:
   matrices = load(record.name)
   name = record.needle_matrix_name
   return None if not matrices or name is None else matrices.get(name)
@@ -68,7 +68,7 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
   """The paired gap difference of one needle length over the seeds with both matrices."""
   a_rows, b_rows, seeds, offsets, unlearned = [], [], [], None, []
   for a, b in pairs:
-    ma, mb = _far_matrix(a, load), _far_matrix(b, load)
+    ma, mb = far_matrix(a, load), far_matrix(b, load)
     if ma is None or mb is None or ma.correct_YxJ.shape != mb.correct_YxJ.shape:
       continue
     if not np.array_equal(ma.offsets_J, mb.offsets_J) or (

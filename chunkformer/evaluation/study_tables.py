@@ -31,6 +31,7 @@ import numpy as np
 
 from chunkformer.evaluation import (
   correctness,
+  estimates,
   seed_agreement,
   seed_pooling,
   split_labels,
@@ -168,8 +169,7 @@ def chunk_phase_table(records: Sequence[VariantRecord], load=None) -> list[str]:
 
 def _phase_shares(r: VariantRecord, load) -> dict[int, float] | None:
   """Share of the far-depth trials in each phase inside the actual chunk (stored phases)."""
-  matrices = load(r.name) if load is not None else None
-  matrix = (matrices or {}).get(r.needle_matrix_name)
+  matrix = study_claims.far_matrix(r, load) if load is not None else None
   if matrix is None or matrix.phases_YxJ is None:
     return None
   phases, counts = np.unique(matrix.phases_YxJ, return_counts=True)
@@ -276,10 +276,9 @@ def phase_dependent_haystacks(matrix: correctness.Matrix, period: int) -> int:
   A period test pools every haystack; this says how many carry the period: a blind spot in
   every needle, or a few needles found at some phases and missed at the others.
   """
-  phase_J = np.asarray(matrix.offsets_J) % period
-  by_phase_YxP = np.stack([np.asarray(matrix.correct_YxJ, float)[:, phase_J == p].mean(axis=1)
-                           for p in np.unique(phase_J)], axis=1)
-  return int(np.sum(by_phase_YxP.max(axis=1) - by_phase_YxP.min(axis=1) >= PHASE_DEPENDENT))
+  spans_Y = estimates.haystack_phase_spans(
+      matrix.correct_YxJ, estimates.phases_of_offsets(matrix.offsets_J, period))
+  return int(np.sum(spans_Y >= PHASE_DEPENDENT))
 
 
 def phase_dependent_map(records: Sequence[VariantRecord], load) -> list[str]:
@@ -290,7 +289,7 @@ def phase_dependent_map(records: Sequence[VariantRecord], load) -> list[str]:
   def counts(runs):
     out = []
     for r in runs:
-      matrix = (load(r.name) or {}).get(r.needle_matrix_name)
+      matrix = study_claims.far_matrix(r, load)
       out.append(None if matrix is None else (phase_dependent_haystacks(matrix, MAP_PERIOD),
                                               matrix.correct_YxJ.shape[0]))
     if any(c is None for c in out):
