@@ -293,6 +293,14 @@ def test_phase_dependent_haystacks_count_where_the_period_lives():
   matrix = correctness.Matrix(correct, offsets)
   assert study_tables.phase_dependent_haystacks(matrix, 4) == 2
   assert study_tables.phase_dependent_haystacks(matrix, 2) == 1  # by offset mod 2: only the first
+  haystacks, accuracy = study_tables.phase_dependent_needles(matrix, 4)
+  np.testing.assert_array_equal(haystacks, [0, 1])
+  np.testing.assert_allclose(accuracy, [[0, 0, 0, 1], [1, 1, 0.5, 1]])
+  # a phase no offset has is NaN, and does not count towards the span
+  haystacks, accuracy = study_tables.phase_dependent_needles(
+      correctness.Matrix(correct[:, offsets % 4 != 1], offsets[offsets % 4 != 1]), 4)
+  np.testing.assert_array_equal(haystacks, [0, 1])
+  np.testing.assert_allclose(accuracy, [[0, np.nan, 0, 1], [1, np.nan, 0.5, 1]])
   # on the shift map's grid, per seed in seed order, '-' for an empty cell, '-' without matrices
   runs = [_record(f"fixed_m4_qk_seed{s}", s, 4, correct[:, :OFFSETS.size], key_len=2,
                   value_len=2, key_shift=True, key_shift_width=3, query_shift=True)

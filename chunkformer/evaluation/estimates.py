@@ -154,14 +154,20 @@ def _phase_sums(correct_YxJ: np.ndarray, index: np.ndarray,
   return sums_YxG.reshape(-1, num_groups), counts_YxG.reshape(-1, num_groups)
 
 
-def haystack_phase_spans(correct_YxJ, phases) -> np.ndarray:
-  """span_Y: each haystack's best-phase minus worst-phase accuracy (phases as in
-  ``phase_accuracy``; a phase group without trials in a haystack is left out of its span)."""
+def haystack_phase_accuracy(correct_YxJ, phases) -> tuple[np.ndarray, np.ndarray]:
+  """(labels_G, accuracy_YxG): each haystack's accuracy in each phase group (phases as in
+  ``phase_accuracy``); NaN where a haystack has no trial of a group."""
   correct_YxJ = as_correct_YxJ(correct_YxJ)
   labels_G, index = _group_index(_as_phases(phases, correct_YxJ.shape))
   sums_YxG, counts_YxG = _phase_sums(correct_YxJ, index, labels_G.size)
   with np.errstate(invalid="ignore", divide="ignore"):
-    accuracy_YxG = sums_YxG / counts_YxG
+    return labels_G, sums_YxG / counts_YxG
+
+
+def haystack_phase_spans(correct_YxJ, phases) -> np.ndarray:
+  """span_Y: each haystack's best-phase minus worst-phase accuracy (phases as in
+  ``phase_accuracy``; a phase group without trials in a haystack is left out of its span)."""
+  _, accuracy_YxG = haystack_phase_accuracy(correct_YxJ, phases)
   return np.nanmax(accuracy_YxG, axis=1) - np.nanmin(accuracy_YxG, axis=1)
 
 

@@ -270,15 +270,27 @@ PHASE_DEPENDENT = 0.5  # best-phase minus worst-phase accuracy of one haystack's
 MAP_PERIOD = 4  # the shift map's models are M = 4 (or the router at 4, or full attention)
 
 
+def phase_dependent_needles(matrix: correctness.Matrix,
+                            period: int) -> tuple[np.ndarray, np.ndarray]:
+  """(haystacks_H, accuracy_HxP): the haystacks whose needle accuracy, by offset mod
+  ``period``, spans >= PHASE_DEPENDENT, and their accuracy at each phase 0 .. period-1 (NaN
+  for a phase no offset has)."""
+  labels_G, accuracy_YxG = estimates.haystack_phase_accuracy(
+      matrix.correct_YxJ, estimates.phases_of_offsets(matrix.offsets_J, period))
+  spans_Y = np.nanmax(accuracy_YxG, axis=1) - np.nanmin(accuracy_YxG, axis=1)
+  haystacks_H = np.flatnonzero(spans_Y >= PHASE_DEPENDENT)
+  accuracy_HxP = np.full((haystacks_H.size, period), np.nan)
+  accuracy_HxP[:, labels_G] = accuracy_YxG[haystacks_H]
+  return haystacks_H, accuracy_HxP
+
+
 def phase_dependent_haystacks(matrix: correctness.Matrix, period: int) -> int:
-  """Haystacks whose needle accuracy, by offset mod ``period``, spans >= PHASE_DEPENDENT.
+  """How many haystacks ``phase_dependent_needles`` finds.
 
   A period test pools every haystack; this says how many carry the period: a blind spot in
   every needle, or a few needles found at some phases and missed at the others.
   """
-  spans_Y = estimates.haystack_phase_spans(
-      matrix.correct_YxJ, estimates.phases_of_offsets(matrix.offsets_J, period))
-  return int(np.sum(spans_Y >= PHASE_DEPENDENT))
+  return int(phase_dependent_needles(matrix, period)[0].size)
 
 
 def phase_dependent_map(records: Sequence[VariantRecord], load) -> list[str]:

@@ -1,0 +1,109 @@
+"""Which needles carry the period: each phase-dependent haystack's accuracy by phase.
+
+  python scripts/phase_needles.py --out results/study/phase_needles_qk results/study \
+      fixed_m4_kv2_qkshift3_seed0 fixed_m4_kv2_qkshift3_seed1 ...
+
+For each named unit of a finished sweep DIR (its results.json and correct/ matrices), lists the
+far-depth haystacks whose needle accuracy by offset mod --period spans >= 0.5 (the haystacks
+the report's table "Where the period lives" counts), with the accuracy at each phase under the
+split kind of that phase at M = --period for the unit's needle lengths: do the needles a model
+still misses fail where the split geometry predicts (total split worst), or elsewhere? The last
+column names the other listed units (same needle lengths, so the same haystacks) in which that
+haystack is phase-dependent too: a needle every seed misses is hard by its content, one that a
+single seed misses is that model's own.
+Writes OUT.md; refuses to replace it unless --overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from chunkformer import provenance  # noqa: E402
+from chunkformer.evaluation import (  # noqa: E402
+    results_file,
+    split_labels,
+    study_claims,
+    study_tables,
+)
+
+
+def _lengths(record) -> tuple[int, int]:
+  """Units with the same needle lengths were scored on the same haystacks (one sweep seed)."""
+  return record.setup.key_len, record.setup.value_len
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("sweep_dir", help="a finished sweep's directory")
+  parser.add_argument("units", nargs="+", help="unit names of that sweep")
+  parser.add_argument("--out", required=True, help="output path without extension")
+  parser.add_argument("--period", type=int, default=study_tables.MAP_PERIOD)
+  parser.add_argument("--overwrite", action="store_true")
+  args = parser.parse_args()
+
+  if args.period < 2:
+    raise SystemExit(f"error: --period must be >= 2, got {args.period}")
+  out = args.out + ".md"
+  if os.path.exists(out) and not args.overwrite:
+    raise SystemExit(f"error: {out} exists; pass --overwrite to replace it")
+  path = os.path.join(args.sweep_dir, "results.json")
+  if not os.path.exists(path):
+    raise SystemExit(f"error: {path} does not exist (not a finished sweep)")
+  records = {r.name: r for r in results_file.load(path).variants}
+  unknown = [u for u in args.units if u not in records]
+  if unknown:
+    raise SystemExit(f"error: {path} has no unit {', '.join(unknown)}")
+  load = study_claims.loader(args.sweep_dir)
+  needles = {}  # every unit checked before any table is written
+  for unit in args.units:
+    matrix = study_claims.far_matrix(records[unit], load)
+    if matrix is None:
+      raise SystemExit(f"error: {unit} has no far-depth correctness matrix in "
+                       f"{os.path.join(args.sweep_dir, 'correct')}")
+    needles[unit] = study_tables.phase_dependent_needles(matrix, args.period)
+
+  lines = []
+  for unit in args.units:
+    setup = records[unit].setup
+    kinds = split_labels.phase_split_kinds(args.period, setup.key_len, setup.value_len)
+    haystacks_H, accuracy_HxP = needles[unit]
+    if not haystacks_H.size:
+      lines.append(f"| {unit} | {setup.key_len}/{setup.value_len} | none | "
+                   + " | ".join(f"- ({k})" for k in kinds) + " | |")
+    for haystack, accuracy_P in zip(haystacks_H, accuracy_HxP, strict=True):
+      also = [u for u in args.units if u != unit and haystack in needles[u][0]
+              and _lengths(records[u]) == _lengths(records[unit])]
+      cells = [("-" if np.isnan(a) else f"{a:.2f}") + f" ({k})"
+               for a, k in zip(accuracy_P, kinds, strict=True)]
+      lines.append(f"| {unit} | {setup.key_len}/{setup.value_len} | {haystack} | "
+                   + " | ".join(cells) + f" | {', '.join(also) or 'none'} |")
+
+  commit = provenance.commit()
+  command = " ".join(["python", "scripts/phase_needles.py"] + sys.argv[1:])
+  date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+  head = [f"phase {p}" for p in range(args.period)]
+  table = [
+      "# Phase-dependent needles: where each unit's remaining blind spot lies", "",
+      f"`{command}` at commit {commit}, {date}. Far-depth haystacks whose needle accuracy by "
+      f"offset mod {args.period} spans >= {study_tables.PHASE_DEPENDENT}; each cell: accuracy "
+      f"at that phase (the split kind of the phase under fixed chunks of {args.period}: none, "
+      "key_cut, value_cut or total). The last column: the other listed units with the same "
+      "needle lengths (the same haystacks) in which that haystack depends on the phase too.",
+      "", "| unit | key/value tokens | haystack | " + " | ".join(head) + " | also in |",
+      "|:--|--:|--:|" + "--:|" * args.period + ":--|", *lines]
+  with open(out, "w") as f:
+    f.write("\n".join(table) + "\n")
+  print("\n".join(table))
+  print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+  main()

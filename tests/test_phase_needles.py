@@ -1,0 +1,75 @@
+"""scripts/phase_needles.py: each phase-dependent haystack of a stored sweep, by phase."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from chunkformer.evaluation import correctness, results_file, stats
+from chunkformer.evaluation.records import DepthAnalysis
+from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OFFSETS = np.arange(48)
+
+
+def _unit(name, seed, key_len, correct_YxJ):
+  setup = VariantSetup(name.rsplit("_seed", 1)[0], "fixed", "fixed", chunk_size=4, seed=seed,
+                       key_len=key_len, value_len=key_len, name=name)
+  analysis = stats.analyze(correct_YxJ, OFFSETS, [4], num_resamples=10, num_permutations=10)
+  far = DepthAnalysis(analysis.nested(), depth=0.0, depth_name="far", mean_distance=0.0,
+                      token_accuracy=0.0, compression_ratio=None)
+  return VariantRecord(setup, analysis, "needle", 10, compression_ratio=4, primary_depth="far",
+                       depths=(far,), all_depths=analysis.nested(), near_accuracy=1.0,
+                       token_accuracy_by_offset=tuple(correct_YxJ.mean(0)))
+
+
+def _sweep(directory):
+  """Three units: two seeds of 2-token needles that both miss haystack 1 at phase 2, and a
+  3-token unit (other haystacks) that misses haystack 1 at phase 0."""
+  correct = {}
+  for name, miss in (("fixed_k2_seed0", (1, 2)), ("fixed_k2_seed1", (1, 2)),
+                     ("fixed_k3_seed0", (1, 0))):
+    correct[name] = np.ones((3, OFFSETS.size))
+    correct[name][miss[0], OFFSETS % 4 == miss[1]] = 0.0
+  correct["fixed_k2_seed1"][2, OFFSETS % 4 == 3] = 0.0  # seed 1 alone misses haystack 2
+  units = [_unit(n, int(n[-1]), int(n[7]), c) for n, c in correct.items()]
+  for name, c in correct.items():
+    correctness.save(correctness.path_for(directory, name),
+                     {"needle_far": correctness.Matrix(c, OFFSETS)})
+  results_file.write(os.path.join(directory, "results.json"), results_file.SweepResults(
+      "t", "cmd", "date", 0, 1.0, {}, OFFSETS.size, 4, (4,), (), "", tuple(units)))
+
+
+def _script(*args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "phase_needles.py"),
+                         *args], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_lists_each_phase_dependent_haystack_with_its_split_kinds(tmp_path):
+  directory = str(tmp_path / "sweep")
+  _sweep(directory)
+  out = str(tmp_path / "needles")
+  units = ("fixed_k2_seed0", "fixed_k2_seed1", "fixed_k3_seed0")
+  done = _script("--out", out, directory, *units)
+  assert done.returncode == 0, done.stderr
+  rows = [line for line in open(out + ".md").read().splitlines() if line.startswith("| fixed")]
+  # 2-token needles at M = 4: phase 0 no split, 1 value cut, 2 total, 3 key cut; "also in"
+  # names only the units of the same needle lengths (the 3-token unit's haystack 1 differs)
+  assert rows == [
+      "| fixed_k2_seed0 | 2/2 | 1 | 1.00 (none) | 1.00 (value_cut) | 0.00 (total) | "
+      "1.00 (key_cut) | fixed_k2_seed1 |",
+      "| fixed_k2_seed1 | 2/2 | 1 | 1.00 (none) | 1.00 (value_cut) | 0.00 (total) | "
+      "1.00 (key_cut) | fixed_k2_seed0 |",
+      "| fixed_k2_seed1 | 2/2 | 2 | 1.00 (none) | 1.00 (value_cut) | 1.00 (total) | "
+      "0.00 (key_cut) | none |",
+      "| fixed_k3_seed0 | 3/3 | 1 | 0.00 (value_cut) | 1.00 (total) | 1.00 (key_cut) | "
+      "1.00 (value_cut) | none |"]
+  again = _script("--out", out, directory, *units)  # written output is never replaced
+  assert again.returncode != 0 and "--overwrite" in again.stderr
+  unknown = _script("--out", str(tmp_path / "other"), directory, "fixed_k4_seed0")
+  assert unknown.returncode != 0 and "no unit fixed_k4_seed0" in unknown.stderr
