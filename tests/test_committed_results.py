@@ -175,6 +175,11 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
         "full_kv3_qkshift4"))
     assert all(r.setup.query_shift == ("qkshift" in r.setup.variant) for r in variants)
     assert "fixed_m4_kv2_qkshift3: NOT REPRODUCED" in by_id["C9"].reason
+    # Eleventh part: the ninth part's pair at twice its budget (6000 steps, 2 seeds each); the
+    # fixed model stays periodic over all depths in both seeds.
+    assert seeds["fixed_m4_kv2_qkshift3_6k"] == seeds["full_kv2_qkshift3_6k"] == {0, 1}
+    assert {r.trained_steps for r in variants if r.setup.variant.endswith("_6k")} == {6000}
+    assert "fixed_m4_kv2_qkshift3_6k: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
