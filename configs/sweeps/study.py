@@ -65,6 +65,11 @@ one phase-dependent haystack of 32 per seed), with 0.95 training accuracy from s
 that residue a transient of training or permanent? The same two variants (fixed M = 4 and its
 full control) with KV2_QK_LONG_STEPS = 6000 updates, the rule stated before training: twice
 the block's budget, the same for both (unit names ``_6k``).
+The twelfth part (the tenth part at twice its budget, two seeds each, stated before training):
+at 6000 steps the 2-token residue stayed (one phase-dependent needle per seed, at the far or
+the middle depth), so the 3-token cells, which left 2-4 such haystacks per seed at 2500 steps,
+get the same test: fixed M = 4 and full attention with keys and queries shifted by 4 and
+KV3_QK_LONG_STEPS = 5000 updates (unit names ``_5k``).
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
@@ -114,6 +119,8 @@ QK_SHIFT3 = {"model.key_shift": 3, "model.query_shift": True}
 QK_SHIFT4 = {"model.key_shift": 4, "model.query_shift": True}
 KV2_QK_LONG_STEPS = 6000  # the eleventh part's budget (module docstring)
 KV2_QK_LONG = {**KV2, **QK_SHIFT3, "train.steps": KV2_QK_LONG_STEPS}
+KV3_QK_LONG_STEPS = 5000  # the twelfth part's budget (module docstring)
+KV3_QK_LONG = {**KV3, **QK_SHIFT4, "train.steps": KV3_QK_LONG_STEPS}
 
 
 def _late_shift(width: int, steps: int) -> dict:
@@ -194,6 +201,9 @@ VARIANTS = {
     # Eleventh part: the ninth part's pair at twice the budget (docstring).
     "fixed_m4_kv2_qkshift3_6k": (_fixed(4, **KV2_QK_LONG), 2),
     "full_kv2_qkshift3_6k": (variant("configs/kv_full.py", KV2_QK_LONG), 2),
+    # Twelfth part: the tenth part's pair at twice the budget (docstring).
+    "fixed_m4_kv3_qkshift4_5k": (_fixed(4, **KV3_QK_LONG), 2),
+    "full_kv3_qkshift4_5k": (variant("configs/kv_full.py", KV3_QK_LONG), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
