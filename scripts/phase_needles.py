@@ -3,14 +3,15 @@
   python scripts/phase_needles.py --out results/study/phase_needles_qk results/study \
       fixed_m4_kv2_qkshift3_seed0 fixed_m4_kv2_qkshift3_seed1 ...
 
-For each named unit of a finished sweep DIR (its results.json and correct/ matrices), lists the
-far-depth haystacks whose needle accuracy by offset mod --period spans >= 0.5 (the haystacks
-the report's table "Where the period lives" counts), with the accuracy at each phase under the
-split kind of that phase at M = --period for the unit's needle lengths: do the needles a model
-still misses fail where the split geometry predicts (total split worst), or elsewhere? The last
-column names the other listed units (same needle lengths, so the same haystacks) in which that
-haystack is phase-dependent too: a needle every seed misses is hard by its content, one that a
-single seed misses is that model's own.
+For each named unit of a finished sweep DIR (its results.json and correct/ matrices) and each
+needle depth of --depths (default far), lists the haystacks whose needle accuracy by offset
+mod --period spans >= 0.5 (at the far depth: the haystacks the report's table "Where the
+period lives" counts), with the accuracy at each phase under the split kind of that phase at
+M = --period for the unit's needle lengths: do the needles a model still misses fail where
+the split geometry predicts (total split worst), or elsewhere? The last column names the
+other listed units in which that haystack (same depth and needle lengths, so the same needle;
+each depth samples its own haystacks) is phase-dependent too: a needle every seed misses is
+hard by its content, one that a single seed misses is that model's own.
 Writes OUT.md; refuses to replace it unless --overwrite.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, ROOT)
 
 from chunkformer import provenance  # noqa: E402
 from chunkformer.evaluation import (  # noqa: E402
+    correctness,
     results_file,
     split_labels,
     study_claims,
@@ -40,12 +42,19 @@ def _lengths(record) -> tuple[int, int]:
   return record.setup.key_len, record.setup.value_len
 
 
+def _cells(accuracy_P, kinds) -> str:
+  return " | ".join(("-" if np.isnan(a) else f"{a:.2f}") + f" ({k})"
+                    for a, k in zip(accuracy_P, kinds, strict=True))
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("sweep_dir", help="a finished sweep's directory")
   parser.add_argument("units", nargs="+", help="unit names of that sweep")
   parser.add_argument("--out", required=True, help="output path without extension")
   parser.add_argument("--period", type=int, default=study_tables.MAP_PERIOD)
+  parser.add_argument("--depths", default="far", help="comma-separated needle depths: far, "
+                      "middle, near")
   parser.add_argument("--overwrite", action="store_true")
   args = parser.parse_args()
 
@@ -62,29 +71,30 @@ def main() -> None:
   if unknown:
     raise SystemExit(f"error: {path} has no unit {', '.join(unknown)}")
   load = study_claims.loader(args.sweep_dir)
-  needles = {}  # every unit checked before any table is written
+  depths = args.depths.split(",")
+  needles = {}  # (unit, depth) -> phase-dependent haystacks; all checked before any output
   for unit in args.units:
-    matrix = study_claims.far_matrix(records[unit], load)
-    if matrix is None:
-      raise SystemExit(f"error: {unit} has no far-depth correctness matrix in "
-                       f"{os.path.join(args.sweep_dir, 'correct')}")
-    needles[unit] = study_tables.phase_dependent_needles(matrix, args.period)
+    matrices = load(unit) or {}
+    for depth in depths:
+      matrix = matrices.get(correctness.needle_name(depth))
+      if matrix is None:
+        raise SystemExit(f"error: {unit} has no {depth}-depth needle correctness matrix in "
+                         f"{os.path.join(args.sweep_dir, 'correct')} (--depths)")
+      needles[unit, depth] = study_tables.phase_dependent_needles(matrix, args.period)
 
   lines = []
-  for unit in args.units:
+  for unit, depth in needles:
     setup = records[unit].setup
     kinds = split_labels.phase_split_kinds(args.period, setup.key_len, setup.value_len)
-    haystacks_H, accuracy_HxP = needles[unit]
+    haystacks_H, accuracy_HxP = needles[unit, depth]
+    head = f"| {unit} | {setup.key_len}/{setup.value_len} | {depth} |"
     if not haystacks_H.size:
-      lines.append(f"| {unit} | {setup.key_len}/{setup.value_len} | none | "
-                   + " | ".join(f"- ({k})" for k in kinds) + " | |")
+      lines.append(f"{head} none | {_cells([np.nan] * args.period, kinds)} | |")
     for haystack, accuracy_P in zip(haystacks_H, accuracy_HxP, strict=True):
-      also = [u for u in args.units if u != unit and haystack in needles[u][0]
+      also = [u for u in args.units if u != unit and haystack in needles[u, depth][0]
               and _lengths(records[u]) == _lengths(records[unit])]
-      cells = [("-" if np.isnan(a) else f"{a:.2f}") + f" ({k})"
-               for a, k in zip(accuracy_P, kinds, strict=True)]
-      lines.append(f"| {unit} | {setup.key_len}/{setup.value_len} | {haystack} | "
-                   + " | ".join(cells) + f" | {', '.join(also) or 'none'} |")
+      lines.append(f"{head} {haystack} | {_cells(accuracy_P, kinds)} | "
+                   f"{', '.join(also) or 'none'} |")
 
   commit = provenance.commit()
   command = " ".join(["python", "scripts/phase_needles.py"] + sys.argv[1:])
@@ -92,13 +102,13 @@ def main() -> None:
   head = [f"phase {p}" for p in range(args.period)]
   table = [
       "# Phase-dependent needles: where each unit's remaining blind spot lies", "",
-      f"`{command}` at commit {commit}, {date}. Far-depth haystacks whose needle accuracy by "
+      f"`{command}` at commit {commit}, {date}. Haystacks whose needle accuracy by "
       f"offset mod {args.period} spans >= {study_tables.PHASE_DEPENDENT}; each cell: accuracy "
       f"at that phase (the split kind of the phase under fixed chunks of {args.period}: none, "
-      "key_cut, value_cut or total). The last column: the other listed units with the same "
-      "needle lengths (the same haystacks) in which that haystack depends on the phase too.",
-      "", "| unit | key/value tokens | haystack | " + " | ".join(head) + " | also in |",
-      "|:--|--:|--:|" + "--:|" * args.period + ":--|", *lines]
+      "key_cut, value_cut or total). The last column: the other listed units in which the same "
+      "haystack (same depth and needle lengths: the same needle) depends on the phase too.",
+      "", "| unit | key/value tokens | depth | haystack | " + " | ".join(head) + " | also in |",
+      "|:--|--:|:--|--:|" + "--:|" * args.period + ":--|", *lines]
   with open(out, "w") as f:
     f.write("\n".join(table) + "\n")
   print("\n".join(table))
