@@ -96,6 +96,15 @@ def main() -> None:
       lines.append(f"{head} {haystack} | {_cells(accuracy_P, kinds)} | "
                    f"{', '.join(also) or 'none'} |")
 
+  summary = []  # per unit: where its phase-dependent needles fail, over the listed depths
+  for unit in args.units:
+    setup = records[unit].setup
+    kinds = split_labels.phase_split_kinds(args.period, setup.key_len, setup.value_len)
+    rows = np.concatenate([needles[unit, depth][1] for depth in depths])
+    mean_P = np.nanmean(rows, axis=0) if rows.size else np.full(args.period, np.nan)
+    summary.append(f"| {unit} | {setup.key_len}/{setup.value_len} | {len(rows)} | "
+                   f"{_cells(mean_P, kinds)} |")
+
   commit = provenance.commit()
   command = " ".join(["python", "scripts/phase_needles.py"] + sys.argv[1:])
   date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -108,7 +117,12 @@ def main() -> None:
       "key_cut, value_cut or total). The last column: the other listed units in which the same "
       "haystack (same depth and needle lengths: the same needle) depends on the phase too.",
       "", "| unit | key/value tokens | depth | haystack | " + " | ".join(head) + " | also in |",
-      "|:--|--:|:--|--:|" + "--:|" * args.period + ":--|", *lines]
+      "|:--|--:|:--|--:|" + "--:|" * args.period + ":--|", *lines, "",
+      f"Per unit, over the depths {', '.join(depths)}: how many phase-dependent haystacks, and "
+      "their mean accuracy at each phase (a blind spot that follows the split geometry is "
+      "lowest at the total split).", "",
+      "| unit | key/value tokens | haystacks | " + " | ".join(head) + " |",
+      "|:--|--:|--:|" + "--:|" * args.period, *summary]
   with open(out, "w") as f:
     f.write("\n".join(table) + "\n")
   print("\n".join(table))
