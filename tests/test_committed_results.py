@@ -180,6 +180,10 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert seeds["fixed_m4_kv2_qkshift3_6k"] == seeds["full_kv2_qkshift3_6k"] == {0, 1}
     assert {r.trained_steps for r in variants if r.setup.variant.endswith("_6k")} == {6000}
     assert "fixed_m4_kv2_qkshift3_6k: NOT REPRODUCED" in by_id["C9"].reason
+    # Twelfth part: the same for 3-token needles (5000 steps, twice the tenth part's budget).
+    assert seeds["fixed_m4_kv3_qkshift4_5k"] == seeds["full_kv3_qkshift4_5k"] == {0, 1}
+    assert {r.trained_steps for r in variants if r.setup.variant.endswith("_5k")} == {5000}
+    assert "fixed_m4_kv3_qkshift4_5k: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.
