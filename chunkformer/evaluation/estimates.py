@@ -164,13 +164,6 @@ def haystack_phase_accuracy(correct_YxJ, phases) -> tuple[np.ndarray, np.ndarray
     return labels_G, sums_YxG / counts_YxG
 
 
-def haystack_phase_spans(correct_YxJ, phases) -> np.ndarray:
-  """span_Y: each haystack's best-phase minus worst-phase accuracy (phases as in
-  ``phase_accuracy``; a phase group without trials in a haystack is left out of its span)."""
-  _, accuracy_YxG = haystack_phase_accuracy(correct_YxJ, phases)
-  return np.nanmax(accuracy_YxG, axis=1) - np.nanmin(accuracy_YxG, axis=1)
-
-
 def phase_accuracy(correct_YxJ, phases, *, num_resamples: int = 2000, confidence: float = 0.95,
                    seed: int = 0) -> PhaseAccuracy:
   """Accuracy per phase and the max-min gap over phases, with bootstrap intervals.

@@ -277,6 +277,7 @@ def phase_dependent_needles(matrix: correctness.Matrix,
   for a phase no offset has)."""
   labels_G, accuracy_YxG = estimates.haystack_phase_accuracy(
       matrix.correct_YxJ, estimates.phases_of_offsets(matrix.offsets_J, period))
+  # a phase without trials in a haystack (NaN) is left out of its span
   spans_Y = np.nanmax(accuracy_YxG, axis=1) - np.nanmin(accuracy_YxG, axis=1)
   haystacks_H = np.flatnonzero(spans_Y >= PHASE_DEPENDENT)
   accuracy_HxP = np.full((haystacks_H.size, period), np.nan)
