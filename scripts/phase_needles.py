@@ -82,28 +82,27 @@ def main() -> None:
                          f"{os.path.join(args.sweep_dir, 'correct')} (--depths)")
       needles[unit, depth] = study_tables.phase_dependent_needles(matrix, args.period)
 
+  # the split kind of each phase for each unit's needle lengths
+  kinds = {u: split_labels.phase_split_kinds(args.period, *_lengths(records[u]))
+           for u in args.units}
   lines = []
   for unit, depth in needles:
-    setup = records[unit].setup
-    kinds = split_labels.phase_split_kinds(args.period, setup.key_len, setup.value_len)
     haystacks_H, accuracy_HxP = needles[unit, depth]
-    head = f"| {unit} | {setup.key_len}/{setup.value_len} | {depth} |"
+    head = f"| {unit} | {'/'.join(map(str, _lengths(records[unit])))} | {depth} |"
     if not haystacks_H.size:
-      lines.append(f"{head} none | {_cells([np.nan] * args.period, kinds)} | |")
+      lines.append(f"{head} none | {_cells([np.nan] * args.period, kinds[unit])} | |")
     for haystack, accuracy_P in zip(haystacks_H, accuracy_HxP, strict=True):
       also = [u for u in args.units if u != unit and haystack in needles[u, depth][0]
               and _lengths(records[u]) == _lengths(records[unit])]
-      lines.append(f"{head} {haystack} | {_cells(accuracy_P, kinds)} | "
+      lines.append(f"{head} {haystack} | {_cells(accuracy_P, kinds[unit])} | "
                    f"{', '.join(also) or 'none'} |")
 
   summary = []  # per unit: where its phase-dependent needles fail, over the listed depths
   for unit in args.units:
-    setup = records[unit].setup
-    kinds = split_labels.phase_split_kinds(args.period, setup.key_len, setup.value_len)
     rows = np.concatenate([needles[unit, depth][1] for depth in depths])
     mean_P = np.nanmean(rows, axis=0) if rows.size else np.full(args.period, np.nan)
-    summary.append(f"| {unit} | {setup.key_len}/{setup.value_len} | {len(rows)} | "
-                   f"{_cells(mean_P, kinds)} |")
+    summary.append(f"| {unit} | {'/'.join(map(str, _lengths(records[unit])))} | {len(rows)} | "
+                   f"{_cells(mean_P, kinds[unit])} |")
 
   commit = provenance.commit()
   command = " ".join(["python", "scripts/phase_needles.py"] + sys.argv[1:])
