@@ -70,6 +70,13 @@ at 6000 steps the 2-token residue stayed (one phase-dependent needle per seed, a
 the middle depth), so the 3-token cells, which left 2-4 such haystacks per seed at 2500 steps,
 get the same test: fixed M = 4 and full attention with keys and queries shifted by 4 and
 KV3_QK_LONG_STEPS = 5000 updates (unit names ``_5k``).
+The thirteenth part (the ninth part in a larger model, two seeds each, stated before training):
+twice the budget left the residue in every seed (0/4), so is it a matter of capacity? Each
+compressed entry holds a whole chunk in one head_dim-wide vector per head. The ninth part's
+pair (2-token needles, keys and queries shifted by 3) with every width doubled (d_model 128,
+head_dim 32, mlp_dim 512; 4 heads and 2 layers kept, about 4x the parameters) and the ninth
+part's budget, KV2_STEPS = 3000, for both (unit names ``_wide``). Measured before: 1.6 steps/s
+single-threaded on one core (about 30 min per unit).
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
@@ -121,6 +128,8 @@ KV2_QK_LONG_STEPS = 6000  # the eleventh part's budget (module docstring)
 KV2_QK_LONG = {**KV2, **QK_SHIFT3, "train.steps": KV2_QK_LONG_STEPS}
 KV3_QK_LONG_STEPS = 5000  # the twelfth part's budget (module docstring)
 KV3_QK_LONG = {**KV3, **QK_SHIFT4, "train.steps": KV3_QK_LONG_STEPS}
+# The thirteenth part's model: every width of SHARED doubled, heads and layers kept.
+WIDE = {"model.d_model": 128, "model.head_dim": 32, "model.mlp_dim": 512}
 
 
 def _late_shift(width: int, steps: int) -> dict:
@@ -204,6 +213,9 @@ VARIANTS = {
     # Twelfth part: the tenth part's pair at twice the budget (docstring).
     "fixed_m4_kv3_qkshift4_5k": (_fixed(4, **KV3_QK_LONG), 2),
     "full_kv3_qkshift4_5k": (variant("configs/kv_full.py", KV3_QK_LONG), 2),
+    # Thirteenth part: the ninth part's pair in a model twice as wide (docstring).
+    "fixed_m4_kv2_qkshift3_wide": (_fixed(4, **KV2, **QK_SHIFT3, **WIDE), 2),
+    "full_kv2_qkshift3_wide": (variant("configs/kv_full.py", {**KV2, **QK_SHIFT3, **WIDE}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
 }
