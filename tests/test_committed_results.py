@@ -184,6 +184,11 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     assert seeds["fixed_m4_kv3_qkshift4_5k"] == seeds["full_kv3_qkshift4_5k"] == {0, 1}
     assert {r.trained_steps for r in variants if r.setup.variant.endswith("_5k")} == {5000}
     assert "fixed_m4_kv3_qkshift4_5k: NOT REPRODUCED" in by_id["C9"].reason
+    # Thirteenth part: the ninth part's pair twice as wide (3000 steps, 2 seeds each); the
+    # widths themselves are pinned by the units-equal-their-configs test above.
+    assert seeds["fixed_m4_kv2_qkshift3_wide"] == seeds["full_kv2_qkshift3_wide"] == {0, 1}
+    assert {r.trained_steps for r in variants if r.setup.variant.endswith("_wide")} == {3000}
+    assert "fixed_m4_kv2_qkshift3_wide: NOT REPRODUCED" in by_id["C9"].reason
     # C7 was decided from data: the code LM did not learn the needles.
     assert "not learned" in by_id["C7"].reason
     # C8 says what was shown: absolute position, and the weak spot inside the actual chunk.

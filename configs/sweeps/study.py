@@ -80,7 +80,7 @@ single-threaded on one core (about 30 min per unit).
 C7: one seed of ``code_lm.py``'s fixed M = 4 byte-level code LM (its resolved config is that
 unit's exactly: 1000 steps of 8 x 256 bytes), scored by the '=' prefix probe (N = 0..24,
 32 prompts).
-Not in this revision, for the CPU budget (about 19 h of 2 cores in all): fixed M = 6 and
+Not in this revision, for the CPU budget (about 20 h of 2 cores in all): fixed M = 6 and
 12, overlap, stagger, the router with key shift (in the first study, results/study before
 the seeded revision; and in the demo), and the code LMs' other seeds and attention kinds
 (``code_lm.py``, its own sweep: results/code_lm).
