@@ -3,7 +3,7 @@
   python train.py --config configs/code_full.py --workdir workdirs/code_full
 """
 
-from configs import base
+from configs import base, common
 
 
 def get_config():
@@ -16,14 +16,7 @@ def get_config():
   c.model.head_dim = 32
   c.model.mlp_dim = 512
   c.model.attention.kind = "full"
-  c.data.task = "code"
-  c.data.seq_len = 256
-  c.data.batch_size = 32
-  c.train.steps = 2000
-  c.train.learning_rate = 1e-3
-  c.train.warmup_steps = 100
-  c.train.log_every = 50
-  c.train.eval_every = 500
-  c.train.eval_batches = 8
-  c.train.checkpoint_every = 500
+  common.code_task(c, batch_size=32)
+  common.schedule(c, steps=2000, learning_rate=1e-3, warmup_steps=100, eval_every=500,
+                  checkpoint_every=500)
   return c

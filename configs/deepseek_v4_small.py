@@ -28,7 +28,7 @@ seed 0 (needles inside the window 0.99, beyond it 0.05), but seed 1 had not take
 (0.06); the step where retrieval takes off varies from run to run.
 """
 
-from configs import base
+from configs import base, common
 
 
 def get_config():
@@ -60,17 +60,7 @@ def get_config():
   a.index_head_dim = 16
   a.indexer_loss_weight = 1.0
   c.model.layer_pattern = "chunk_size=4,overlap=true,topk=32;chunk_size=128"  # CSA; HCA
-  c.data.task = "kv"
-  c.data.seq_len = 256
-  c.data.batch_size = 32
-  c.data.num_pairs = 16
-  c.data.num_queries = 16
-  c.data.near_distance = 64
-  c.train.steps = 500
-  c.train.learning_rate = 3e-3
-  c.train.warmup_steps = 100
-  c.train.log_every = 50
-  c.train.eval_every = 100
-  c.train.eval_batches = 4
-  c.train.checkpoint_every = 100
+  common.kv_task(c)
+  common.schedule(c, steps=500, learning_rate=3e-3, warmup_steps=100, eval_every=100,
+                  eval_batches=4, checkpoint_every=100)
   return c

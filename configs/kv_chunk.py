@@ -28,19 +28,12 @@ The study's variants (add to the command above, and use a workdir per variant):
       --config.model.layer_pattern='chunk_size=4,overlap=true,topk=16;chunk_size=128'
 """
 
-from configs import base
+from configs import base, common
 
 
 def get_config():
   c = base.get_config()
-  c.model.num_layers = 2
-  c.model.d_model = 64
-  c.model.num_heads = 4
-  c.model.num_kv_heads = 4
-  c.model.head_dim = 16
-  c.model.mlp_dim = 256
-  c.model.rope_fraction = 0.25  # 4 rotating dims per head: long-range content matching learns
-  c.model.vocab_size = 128  # the kv task uses 71 ids; a round size for sharding
+  common.kv_model(c)  # the control's model: 4 rotating dims per head, so content matching learns
   c.model.key_shift = 0  # faithful DeepSeek-V4 layout: no local mixing before compression
   c.model.attention.kind = "fixed"
   c.model.attention.chunk_size = 4  # M, tokens per entry
@@ -48,17 +41,7 @@ def get_config():
   c.model.attention.pooling = "gated"  # learned gate + slot bias
   c.model.attention.overlap = False
   c.model.attention.shared_kv = True
-  c.data.task = "kv"
-  c.data.seq_len = 256
-  c.data.batch_size = 32
-  c.data.num_pairs = 16
-  c.data.num_queries = 16  # every needle is asked: 16 answers per row of training signal
-  c.data.near_distance = 64
-  c.train.steps = 1000
-  c.train.learning_rate = 3e-3
-  c.train.warmup_steps = 100
-  c.train.log_every = 50
-  c.train.eval_every = 250
-  c.train.eval_batches = 8
-  c.train.checkpoint_every = 250
+  common.kv_task(c)  # every needle is asked: 16 answers per row of training signal
+  common.schedule(c, steps=1000, learning_rate=3e-3, warmup_steps=100, eval_every=250,
+                  checkpoint_every=250)
   return c

@@ -14,32 +14,15 @@ Two choices make this control learn reliably on 2 CPU cores (measured, see WORKS
   model was still at 10% far accuracy after 500 steps; with a quarter it reached 99% at 400.
 """
 
-from configs import base
+from configs import base, common
 
 
 def get_config():
   c = base.get_config()
-  c.model.num_layers = 2
-  c.model.d_model = 64
-  c.model.num_heads = 4
-  c.model.num_kv_heads = 4
-  c.model.head_dim = 16
-  c.model.mlp_dim = 256
-  c.model.rope_fraction = 0.25
-  c.model.vocab_size = 128  # the kv task uses 71 ids; a round size for sharding
+  common.kv_model(c)
   c.model.key_shift = 2
   c.model.attention.kind = "full"
-  c.data.task = "kv"
-  c.data.seq_len = 256
-  c.data.batch_size = 32
-  c.data.num_pairs = 16
-  c.data.num_queries = 16
-  c.data.near_distance = 64
-  c.train.steps = 600
-  c.train.learning_rate = 3e-3
-  c.train.warmup_steps = 50
-  c.train.log_every = 50
-  c.train.eval_every = 100
-  c.train.eval_batches = 8
-  c.train.checkpoint_every = 200
+  common.kv_task(c)
+  common.schedule(c, steps=600, learning_rate=3e-3, warmup_steps=50, eval_every=100,
+                  checkpoint_every=200)
   return c

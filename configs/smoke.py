@@ -3,7 +3,7 @@
   python train.py --config configs/smoke.py --workdir /tmp/chunkformer_smoke
 """
 
-from configs import base
+from configs import base, common
 
 
 def get_config():
@@ -16,19 +16,9 @@ def get_config():
   c.model.num_kv_heads = 2
   c.model.head_dim = 16
   c.model.mlp_dim = 64
-  c.data.task = "kv"
-  c.data.seq_len = 32
-  c.data.batch_size = 8
-  c.data.num_pairs = 4
-  c.data.num_queries = 2
-  c.data.num_symbols = 16
-  c.data.near_distance = 12
-  c.train.steps = 6
-  c.train.learning_rate = 3e-3
-  c.train.warmup_steps = 2
-  c.train.log_every = 2
-  c.train.eval_every = 3
-  c.train.eval_batches = 2
-  c.train.checkpoint_every = 2
+  common.kv_task(c, seq_len=32, batch_size=8, num_pairs=4, num_queries=2, num_symbols=16,
+                 near_distance=12)
+  common.schedule(c, steps=6, learning_rate=3e-3, warmup_steps=2, log_every=2, eval_every=3,
+                  eval_batches=2, checkpoint_every=2)
   c.train.keep_checkpoints = 2
   return c

@@ -48,7 +48,8 @@ with open(SNAPSHOT) as f:
 
 def test_the_snapshot_covers_the_six_configs_that_share_the_task_and_schedule_block():
   names = {name.partition(":")[0] for name in _SNAPSHOTS}
-  assert {"kv_full", "kv_chunk", "deepseek_v4_small", "smoke", "code_full", "lm/qwen3_tiny"} <= names
+  six = {"kv_full", "kv_chunk", "deepseek_v4_small", "smoke", "code_full", "lm/qwen3_tiny"}
+  assert six <= names
 
 
 @pytest.mark.parametrize("name", sorted(_SNAPSHOTS))
@@ -63,3 +64,12 @@ def test_config_resolves_to_its_snapshot(name):
                if actual.get(k) != expected.get(k)}
   assert not differing, f"{name}: fields (now, snapshot) differ: {differing}"
   config_lib.from_dict(config.to_dict())  # and it still passes validation
+
+
+def test_a_block_helper_refuses_a_name_that_is_not_a_field_naming_it():
+  from configs import common  # noqa: PLC0415
+
+  c = base.get_config()
+  with pytest.raises(KeyError, match="num_pair"):
+    common.kv_task(c, num_pair=3)
+  assert c.data.num_pairs == base.get_config().data.num_pairs  # nothing was set

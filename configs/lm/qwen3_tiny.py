@@ -10,7 +10,7 @@ FLOPs utilisation against this machine's measured float32 matmul rate. Attention
 in qwen3_0p6b (``configs/lm/qwen3_tiny.py:fixed``, ``:dynamic``, ``:v4``; window 32).
 """
 
-from configs import base
+from configs import base, common
 from configs.lm import qwen3_0p6b
 
 
@@ -30,14 +30,7 @@ def get_config(variant: str = "full"):
   m.remat = "full"
   m.scan_layers = True
   qwen3_0p6b.apply_variant(c, variant, window=32)
-  c.data.task = "code"
-  c.data.seq_len = 256
-  c.data.batch_size = 16
-  c.train.steps = 300
-  c.train.learning_rate = 2e-3
-  c.train.warmup_steps = 50
-  c.train.log_every = 25
-  c.train.eval_every = 100
-  c.train.eval_batches = 4
-  c.train.checkpoint_every = 100
+  common.code_task(c, batch_size=16)
+  common.schedule(c, steps=300, learning_rate=2e-3, warmup_steps=50, log_every=25, eval_every=100,
+                  eval_batches=4, checkpoint_every=100)
   return c
