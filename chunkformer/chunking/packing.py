@@ -1,4 +1,4 @@
-"""Static-capacity packed entry buffers (DESIGN.md section 4), one per row, ordered by end.
+"""Static-capacity packed entry buffers (docs/design.md section 4), one per row, ordered by end.
 
 The rules (shared with ``kernels.layout``): a chunk closes at every end flag, starts after every
 end and at every document start; a chunk that is never closed produces no entry. Entry c of a

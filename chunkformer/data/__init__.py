@@ -1,4 +1,4 @@
-"""Offline, deterministic batches (DESIGN.md section 7).
+"""Offline, deterministic batches (docs/design.md section 7).
 
 ``make_batch`` returns this process's rows of the global batch as numpy arrays, all [B_local, T]
 with T = data.seq_len:

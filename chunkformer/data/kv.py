@@ -29,7 +29,7 @@ Vocabulary (``vocab_size(config)`` ids in all, 71 for the defaults):
   filler ``FILLER_BASE .. FILLER_BASE + num_filler - 1``,
   symbols ``symbol_base(config) .. symbol_base(config) + num_symbols - 1``.
 
-Sweep recipe (DESIGN.md section 8): sample one layout whose reserved window holds no needle,
+Sweep recipe (docs/design.md section 8): sample one layout whose reserved window holds no needle,
 then move ONE needle through the window; every other token stays identical (tested). The rows
 ask ``data.num_queries`` queries like training rows, the moved needle first::
 
