@@ -18,12 +18,12 @@ the kv norm's scale (the softmax scale is D^-1/2): 22.6 at V4's D = 512, but 4 a
 too flat to pick one needle among ~190 visible keys (e^4 / (e^4 + 190) ~ 0.2 even for a
 perfect match), and only the kv scale can grow it. At D = 16 this config stayed at chance for
 300 steps; doubling the softmax scale alone (the cap of D = 64) moved it off chance after 150
-(WORKSPACE.md, "DeepSeek-V4 fidelity", ablation table). D = 64 keeps V4's proportions
-(heads wider than d_model / H, 1/8 of the channels rotating, the indexer's heads a quarter as
-wide); two query heads keep a step's cost near the D = 16 model's (0.40 vs 0.44 steps/s). A
-width-2 key shift makes retrieval learnable within a CPU budget (``--config.model.key_shift=0``
-for the reference's layout).
-Held-out accuracy and time: WORKSPACE.md ("DeepSeek-V4 fidelity"): 0.51 at step 500 for
+(bench/results/measurements.md, "DeepSeek-V4 small config", ablation table). D = 64 keeps
+V4's proportions (heads wider than d_model / H, 1/8 of the channels rotating, the indexer's
+heads a quarter as wide); two query heads keep a step's cost near the D = 16 model's (0.40 vs
+0.44 steps/s). A width-2 key shift makes retrieval learnable within a CPU budget
+(``--config.model.key_shift=0`` for the reference's layout).
+Held-out accuracy and time (bench/results/measurements.md): 0.51 at step 500 for
 seed 0 (needles inside the window 0.99, beyond it 0.05), but seed 1 had not taken off by 500
 (0.06); the step where retrieval takes off varies from run to run.
 """
@@ -44,7 +44,7 @@ def get_config():
   c.model.vocab_size = 128  # the kv task uses 71 ids; a round size for sharding
   # Width-2 key shift (k_t += W' x_{t-1}, on the K = V tokens and the compressor): not in the
   # reference, but without it this model sat at chance (loss 4.18 = ln 64) for 300 steps here,
-  # as the full-attention control does for hundreds of steps (WORKSPACE.md); 0 = faithful.
+  # as the full-attention control does for hundreds of steps (measured); 0 = faithful.
   c.model.key_shift = 2
   a = c.model.attention
   a.kind = "fixed"

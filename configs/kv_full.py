@@ -6,7 +6,7 @@
 the row (16 answers per row of training signal); held-out ``far_accuracy`` (needle more than 64
 tokens before its query) is the number to watch.
 
-Two choices make this control learn reliably on 2 CPU cores (measured, see WORKSPACE.md):
+Two choices make this control learn reliably on 2 CPU cores (bench/results/measurements.md):
 - a width-2 key shift (k_t += W' x_{t-1}): without it a small full-attention model must first
   form an induction circuit and sits near chance for hundreds of steps;
 - partial rotary embeddings (a quarter of each head rotates, like DeepSeek's 64 of 512): with

@@ -51,7 +51,7 @@ def apply_variant(c, variant: str, window: int = 128) -> None:
     a.boundary = "router"
     a.min_chunk = 2
     a.max_chunk = 8
-    a.ratio_loss_weight = 10.0  # the weight that held the budget in the study (WORKSPACE.md)
+    a.ratio_loss_weight = 10.0  # held the budget in the study (bench/results/measurements.md)
 
 
 def get_config(variant: str = "full"):

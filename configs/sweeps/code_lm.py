@@ -18,7 +18,7 @@ Seeds: 3 per variant (units ``<variant>_seed<k>``, config.seed = k + sweep.seed)
 
 Training budget, the same for every unit, fixed in advance: STEPS updates of BATCH rows of
 SEQ_LEN bytes (1000 x 8 x 256 = 2.05 M tokens per unit), one learning-rate schedule; the size
-that fits about two hours of 2 CPU cores. Measured (WORKSPACE.md "Code LMs"): at this budget the
+that fits about two hours of 2 CPU cores. Measured (results/code_lm/RUN.md): at this budget the
 full control does NOT learn the needles (held-out answer bytes at chance, 0.036-0.052; no
 needle exact in the probe; also not with key shift 2 + partial rotary 0.25), so the needle part
 of C7 needs a larger budget (``--config.overrides.train.steps=...``, the same for every unit)
@@ -37,7 +37,7 @@ load, load average 15-16 on the 2 shared cores; bench/results/code_lm_steps_cpu.
 seconds per step (all threads; bounds the wall per step on 2 quiet cores) / wall under load:
 full 0.41 / 1.66, fixed_m4 0.40 / 1.56, dynamic_m4 0.47 / 1.86, fixed_m4_shift 0.50 / 1.98,
 full_shift 0.45 / 1.78. Training: 15 units x 1000 steps x ~0.45 s <= 111 min on 2 quiet cores
-(about 7-8.5 min per unit), plus evaluation (see WORKSPACE.md "Code LMs" for its measured
+(about 7-8.5 min per unit), plus evaluation (see results/code_lm/RUN.md for its measured
 time). Each unit is resumable; ``--config.sweep.order`` runs a subset, so the sweep can be run
 in parts of about an hour (e.g. seed 0 and 1 of every variant first, then seed 2).
 """
