@@ -12,8 +12,10 @@ from chunkformer.attention.common import OutputProjection, derotate
 from chunkformer.attention.compressed_core import compressed_attention
 from chunkformer.compression import fixed_chunks
 from chunkformer.config import AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig
-from chunkformer.evaluation import anatomy, attention_probe, needle_sweep
-from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.probes import attention_weights as attention_probe
+from chunkformer.evaluation.probes import needle_sweep
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.explainers import anatomy
 from chunkformer.model import Transformer
 
 B, T, H, K, D = 2, 20, 4, 2, 8

@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import claims, stats, verdicts
-from chunkformer.evaluation.records import Interval, PrefixAnalysis
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import combine as claims
+from chunkformer.evaluation.claims import judgments as verdicts
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats.analysis import Interval, PrefixAnalysis
 
 BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                      num_permutations=10)
@@ -121,7 +123,7 @@ def test_code_model_record_without_needle_sweep_round_trips_through_json(task):
 
 
 def test_seeded_units_carry_their_variant_and_seed_through_the_record_json():
-  from chunkformer.evaluation.sweep_config import unit_variant
+  from chunkformer.evaluation.sweep.config import unit_variant
   from configs.sweeps import seeded_units, variant
   units = seeded_units({"fixed_m4": (variant("configs/kv_chunk.py"), 3),
                         "full": (variant("configs/kv_full.py"), 2),

@@ -7,9 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import correctness, seed_agreement, seed_pooling, stats, study_tables
-from chunkformer.evaluation.records import DepthAnalysis
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import pooling as seed_pooling
+from chunkformer.evaluation.claims import summaries
+from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.report import claim_tables
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats import seed_rule as seed_agreement
+from chunkformer.evaluation.stats.analysis import DepthAnalysis
 
 KW = dict(seed=0, num_resamples=50, num_permutations=50)
 OFFSETS = np.arange(100, 112)
@@ -85,7 +90,7 @@ def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():
 def test_seed_table_shows_each_seed_the_t_interval_and_the_pooled_interval():
   runs, load = _runs_and_loader(3)
   pooled = seed_pooling.pooled_records(runs, load, **KW)
-  text = "\n".join(study_tables.seed_table(runs, pooled))
+  text = "\n".join(claim_tables.seed_table(summaries.seed_rows(runs, pooled)))
   row = next(line for line in text.splitlines() if line.startswith("| m4 |"))
   cells = [c.strip() for c in row.strip("|").split("|")]
   far = [r.far_accuracy for r in runs]
@@ -94,4 +99,4 @@ def test_seed_table_shows_each_seed_the_t_interval_and_the_pooled_interval():
   assert cells[3] == f"{t.mean:.3f} [{t.low:.3f}, {t.high:.3f}]"
   a = pooled["m4"].analysis.mean_accuracy
   assert cells[4] == f"{a.value:.3f} [{a.low:.3f}, {a.high:.3f}]"
-  assert study_tables.seed_table(runs[:1], None) == []  # one seed: no table
+  assert claim_tables.seed_table(summaries.seed_rows(runs[:1], None)) == []  # one seed: no table

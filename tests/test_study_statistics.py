@@ -7,14 +7,8 @@ import numpy as np
 import pytest
 
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import (
-    estimates,
-    loss_phase,
-    paired_gap,
-    seed_agreement,
-    slot_null,
-    split_labels,
-)
+from chunkformer.evaluation.stats import estimates, loss_phase, paired_gap, slot_null, split_labels
+from chunkformer.evaluation.stats import seed_rule as seed_agreement
 
 # --- split labels -------------------------------------------------------------------------------
 

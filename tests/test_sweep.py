@@ -14,28 +14,23 @@ import pytest
 
 from chunkformer import config as config_lib
 from chunkformer import data as data_lib
-from chunkformer import evaluate, trainer
+from chunkformer import heldout, trainer
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
-from chunkformer.evaluation import (
-  boundaries,
-  correctness,
-  needle_sweep,
-  prefix_probe,
-  results_file,
-  shards,
-  slot_gain,
-  stats,
-  study_fields,
-  sweep,
-  sweep_config,
-  variant_eval,
-  verdicts,
-)
-from chunkformer.evaluation import trained as trained_lib
-from chunkformer.evaluation.records import Interval
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import judgments as verdicts
+from chunkformer.evaluation.probes import end_flags as boundaries
+from chunkformer.evaluation.probes import needle_sweep, prefix_probe, slot_gain, study_fields
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.records import correctness, results_file
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats import slot_null
+from chunkformer.evaluation.stats.analysis import Interval
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.evaluation.sweep import shards
+from chunkformer.evaluation.sweep import unit as variant_eval
 from configs import smoke
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -455,7 +450,7 @@ def test_slot_bias_preference_is_its_weight_centre_of_mass():
   weights = slot_gain.bias_weights(ape, overlap=False)
   np.testing.assert_allclose(weights.sum(axis=1), 1.0)
   np.testing.assert_allclose(weights[1], 0.25)
-  phases = slot_gain.preferred_phase(weights)
+  phases = slot_null.preferred_phase(weights)
   assert phases[0] > 2.9 and phases[1] == pytest.approx(1.5)
   # Overlap: the first channel half pools chunk i-1 (slots 0..3), the second chunk i (4..7).
   ape = np.zeros((4, 1, 4))
@@ -525,7 +520,7 @@ def test_eval_on_a_sweep_directory_names_the_commands_it_wants(tmp_path):
   command = "python eval.py --config configs/sweeps/demo.py --workdir runs/demo"
   (tmp_path / "results.json").write_text(json.dumps({"command": command}))
   with pytest.raises(ConfigError) as raised:
-    evaluate.evaluate_checkpoint(str(tmp_path))
+    heldout.evaluate_checkpoint(str(tmp_path))
   message = str(raised.value)
   assert "holds a sweep (runs smoke), not one run" in message and "\n" not in message
   assert f"python eval.py --workdir {variant_dir}" in message
