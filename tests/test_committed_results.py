@@ -17,12 +17,10 @@ import shutil
 
 import pytest
 
-from chunkformer.evaluation.claims import judgments as verdicts
-from chunkformer.evaluation.claims import loss_signatures, registry
-from chunkformer.evaluation.claims import pooling as seed_pooling
+from chunkformer.evaluation.claims import judgments, loss_signatures, pooling, registry
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import loss_tables as lm_tables
+from chunkformer.evaluation.report import loss_tables
 from chunkformer.evaluation.report import markdown as report
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.seed_rule import VERDICTS
@@ -59,10 +57,10 @@ def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep)
   results = results_file.load(_path(sweep))
   assert results.verdicts and results.variants
   s = results.settings
-  pooled = seed_pooling.pooled_records(
+  pooled = pooling.pooled_records(
       results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
       num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
-  assert tuple(verdicts.decide(results.variants, pooled)) == results.verdicts
+  assert tuple(judgments.decide(results.variants, pooled)) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
     assert report.comparison_table(results.variants) in f.read()
 
@@ -107,7 +105,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
   for record in results.variants:
     again = VariantRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert again == record
-  claims = tuple(verdicts.claims(results.variants))
+  claims = tuple(judgments.claims(results.variants))
   with_claims = results_file.SweepResults.from_json(
       json.loads(results_file.dumps(dataclasses.replace(results, claims=claims))))
   assert with_claims.claims == claims
@@ -199,7 +197,7 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   if sweep == "demo":
     # One seed per variant and no M=2: the judgment-based claims agree with the sweep's
     # except C6 (the demo stores init gains: its slot-gain null decides C6).
-    plain = verdicts.claims(results_file.load(_path(sweep)).variants)
+    plain = judgments.claims(results_file.load(_path(sweep)).variants)
     assert [c.verdict for c in plain if c.id != "C6"] == [c.verdict for c in claims
                                                           if c.id != "C6"]
     assert [c.reason for c in plain if c.id != "C6"] == [c.reason for c in claims
@@ -253,7 +251,7 @@ def test_committed_lm_loss_tables_recompute_from_the_stored_rows(tmp_path):
     assert r.lm_phase_loss["signature"] == load(r.name).signature(4, **resampling), r.name
   assert seeds == {v: {0, 1, 2} for v in ("full", "fixed_m4", "dynamic_m4", "fixed_m4_shift",
                                           "full_shift")}
-  tables = lm_tables.sections(results.variants, loss_signatures.code_accuracies(results.variants),
+  tables = loss_tables.sections(results.variants, loss_signatures.code_accuracies(results.variants),
                               loss_signatures.pooled_signatures(results.variants, load,
                                                                 **resampling),
                               str(tmp_path), directory)

@@ -11,10 +11,9 @@ import pytest
 from chunkformer.evaluation.claims import loss_signatures
 from chunkformer.evaluation.records import loss_rows
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.report import loss_tables as lm_tables
-from chunkformer.evaluation.stats import loss_phase
+from chunkformer.evaluation.report import loss_tables
+from chunkformer.evaluation.stats import loss_phase, seed_rule
 from chunkformer.evaluation.stats import periodicity as stats
-from chunkformer.evaluation.stats import seed_rule as seed_agreement
 
 M = 4
 N, T = 32, 64
@@ -84,9 +83,9 @@ def test_pooled_signature_finds_the_planted_period_and_not_in_the_control(units)
   np.testing.assert_allclose(fixed["signature"]["excess_by_phase"], [-0.02, -0.02, -0.02, 0.06],
                              atol=0.012)
   assert fixed["signature"]["p_value"] < 0.01
-  assert fixed["agreement"].verdict == seed_agreement.REPRODUCED
+  assert fixed["agreement"].verdict == seed_rule.REPRODUCED
   assert fixed["agreement"].count == "3/3"
-  assert full["agreement"].verdict == seed_agreement.NOT_REPRODUCED
+  assert full["agreement"].verdict == seed_rule.NOT_REPRODUCED
   # Paired against full attention on the same rows: amplitude difference near 0.08, above 0.
   diff = fixed["versus_control"]["amplitude"]
   assert diff["difference_low"] > 0 and diff["difference"] == pytest.approx(PLANTED, abs=0.03)
@@ -126,7 +125,7 @@ def test_rows_of_other_held_out_sequences_are_not_paired(units):
 
 def test_tables_and_figure(units, tmp_path):
   records, rows = units
-  text = lm_tables.sections(records, loss_signatures.code_accuracies(records),
+  text = loss_tables.sections(records, loss_signatures.code_accuracies(records),
                             loss_signatures.pooled_signatures(records, rows.get, **RESAMPLING),
                             str(tmp_path / "plots"), str(tmp_path))
   assert "## Loss by position mod 4 (language models, per unit)" in text
@@ -139,4 +138,4 @@ def test_tables_and_figure(units, tmp_path):
   assert (tmp_path / "plots" / "lm_loss_by_phase.png").stat().st_size > 0
   # Without language-model records, nothing.
   plain = [dataclasses.replace(r, lm_phase_loss=None) for r in records]
-  assert lm_tables.sections(plain, {}, {}, str(tmp_path), str(tmp_path)) == ""
+  assert loss_tables.sections(plain, {}, {}, str(tmp_path), str(tmp_path)) == ""

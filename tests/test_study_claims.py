@@ -9,9 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import judgments as verdicts
-from chunkformer.evaluation.claims import registry, slot_preference, step_size, summaries
-from chunkformer.evaluation.probes import study_fields
+from chunkformer.evaluation.claims import judgments, registry, slot_preference, step_size, summaries
+from chunkformer.evaluation.probes import split_fields
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import SlotGainSite, VariantRecord, VariantSetup
 from chunkformer.evaluation.report import claim_tables
@@ -140,7 +139,7 @@ def test_c5_pairs_models_of_one_budget_and_the_longest_budget_decides():
   cure = dataclasses.replace(long[1], setup=dataclasses.replace(
       long[1].setup, name="fixed_m4_shift_k2_seed0", variant="fixed_m4_shift_k2", key_shift=True,
       key_shift_width=2))
-  judged = verdicts.judge(short + long + [cure])
+  judged = judgments.judge(short + long + [cure])
   # The per-seed judgments of verdicts pair within a block too (one line per block and seed).
   c5_lines = [j for j in judged if j.claim == "C5"]
   assert sorted((j.records[0].trained_steps, j.holds) for j in c5_lines) == [
@@ -224,10 +223,10 @@ def test_c6_without_init_gains_is_inconclusive_and_one_seed_is_its_own_pooled_te
 def test_split_fields_label_phases_in_advance_and_round_trip_in_the_record():
   correct = _weak_phase(4, 2, 0.0)  # 2/2 needles at M=4: phases none, value cut, total, key cut
   r = _record("fixed_m4_kv2", 0, 4, correct)
-  assert study_fields.wants_split_labels(r.setup)
-  assert not study_fields.wants_split_labels(dataclasses.replace(r.setup, key_len=1,
+  assert split_fields.wants_split_labels(r.setup)
+  assert not split_fields.wants_split_labels(dataclasses.replace(r.setup, key_len=1,
                                                                  value_len=1))
-  fields = study_fields.split_fields(r.setup, correct, OFFSETS, depth_name="far", seed=0,
+  fields = split_fields.split_fields(r.setup, correct, OFFSETS, depth_name="far", seed=0,
                                      num_resamples=20)
   assert fields["kind_by_phase"] == {"0": "none", "1": "value_cut", "2": "total",
                                      "3": "key_cut"}

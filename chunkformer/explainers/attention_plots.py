@@ -1,5 +1,5 @@
-"""Pictures of where attention goes (weights from ``attention_probe``), same conventions as
-``plots``: Agg-canvas figures, one PNG per function, the path returned."""
+"""Pictures of where attention goes (weights from ``probes.attention_weights``), same conventions
+as ``report.plots``: Agg-canvas figures, one PNG per function, the path returned."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pictures of chunk layouts: boundaries over text, and the segment-packed entry buffer.
 
-Same conventions as ``plots``: figures built on ``matplotlib.figure.Figure`` with the Agg
+Same conventions as ``report.plots``: figures built on ``matplotlib.figure.Figure`` with the Agg
 canvas (no pyplot state), one PNG per function, the path returned. The layout itself always
 comes from the library (``kernels.chunk_structure``, ``kernels.visible_entry_range``), never
 recomputed here.

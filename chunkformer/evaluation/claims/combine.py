@@ -9,9 +9,9 @@ The claims, numbered C1-C9 as in docs/claims.md (docs/design.md sections 1 and 3
   C7 the '=' prefix probe on code models shows the period (N mod M);
   C8 content-defined (dynamic) chunk boundaries remove the periodic blind spot;
   C9 a key token shift (local mixing) removes it.
-``verdicts.judge`` decides each claim for each trained model it can (True, False, or None =
+``judgments.judge`` decides each claim for each trained model it can (True, False, or None =
 undecided, e.g. the task not learned), and again for each variant's seed-pooled record
-(``seed_pooling``: its seeds' haystacks stacked). ``build`` applies the one seed rule
+(``pooling``: its seeds' haystacks stacked). ``from_judgments`` applies the one seed rule
 (``stats.seed_rule``) per variant: REPRODUCED when the claim holds in at least
 min(2, n) of its n seeds AND in the seed-pooled test, NOT REPRODUCED when it fails in enough
 seeds AND in the pooled test, else INCONCLUSIVE with the reason (a variant with one seed is its

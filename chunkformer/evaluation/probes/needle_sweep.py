@@ -22,7 +22,7 @@ sizes), so offset index j has phase ``j mod M`` at every depth and every M.
 Phases: for fixed chunks the phase is ``offset mod M``, computed by ``stats.analyze``. For
 dynamic chunking the phase is the needle's offset inside the chunk it actually landed in,
 ``offset - (1 + last end flag before offset)``, from the end flags the model actually used
-(``boundaries``, returned by the predictor as ``ends``); these differ per row, hence an
+(``end_flags``, returned by the predictor as ``ends``); these differ per row, hence an
 [Y, J] phase matrix.
 """
 

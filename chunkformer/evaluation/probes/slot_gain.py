@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from chunkformer.config import ModelConfig
+from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.stats.slot_null import preferred_phase
 
 POOL_WEIGHTS = "pool_weights"  # sown by chunkformer.compression.Compressor.pool_slots
@@ -163,3 +164,9 @@ def gain_grids(record: Mapping[str, Any], key: str = "realised_gain") -> dict[in
     if site.get(key) is not None:
       grids.setdefault(site["slots"], []).append(np.asarray(site[key], np.float64))
   return {slots: np.stack(rows) for slots, rows in grids.items()}
+
+
+def init_params(trained: trained_lib.TrainedModel) -> Any:
+  """The step-0 parameters of the trained run's config (``Runtime.init_state``, same seed):
+  their slot gains on the same rows are C6's null at initialisation."""
+  return trained.runtime.init_state().params

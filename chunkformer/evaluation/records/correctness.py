@@ -38,7 +38,7 @@ class Matrix:
   phases_YxJ: np.ndarray | None = None
 
 
-# unit name -> its matrices, or None when not stored (``study_claims.loader`` reads DIR)
+# unit name -> its matrices, or None when not stored (``loader`` reads DIR)
 Loader = Callable[[str], Mapping[str, Matrix] | None]
 
 

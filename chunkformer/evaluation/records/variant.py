@@ -1,7 +1,8 @@
 """One sweep variant's record (what results.json stores per variant) and the results file.
 
 ``VariantRecord`` = the variant's setup (read from its resolved config), its primary analysis
-(``records.Analysis``: the needle sweep at the far depth, or the prefix probe for code models),
+(``stats.analysis.Analysis``: the needle sweep at the far depth, or the prefix probe for code
+models),
 the nested analyses (per depth, all depths pooled, phase inside the actual dynamic chunk,
 prefix probe), slot gains, held-out metrics and figure paths. JSON form: the flat results.json
 variant entry (setup and primary analysis at the top level), written by

@@ -1,6 +1,6 @@
 """Markdown report of a periodicity sweep: comparison table, per-variant sections, verdicts.
 
-Reads typed ``variant_record.VariantRecord``s. The table shows per variant: its name, chunking
+Reads typed ``records.variant.VariantRecord``s. The table shows per variant: its name, chunking
 (e.g. "fixed", "dynamic/router"), M / target (chunk size M, or the target mean chunk length of a
 dynamic variant), the achieved compression ratio (tokens per entry), far accuracy (the primary
 probe's mean accuracy: a needle counts when its whole answer is right), the max gap over phases,
@@ -139,7 +139,7 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     verdicts: claim lines decided by the caller, printed as a bullet list.
     intro: free text under the title (setup, commands).
     images: caption -> path of figures about the whole sweep (e.g. the comparison plot).
-    claims: the claim table (``claims.build``), printed above the verdict lines.
+    claims: the claim table (``claims.judge``), printed above the verdict lines.
   """
   lines = [f"# {title}", ""]
   if intro:

@@ -6,30 +6,6 @@ period scan), seed_rule.py (the seed rule and the verdict words), paired_gap.py,
 split_labels.py and loss_phase.py are the tests the claims use.
 """
 
-from chunkformer.evaluation.stats.periodicity import (
-    analyze,
-    bootstrap_mean_accuracy,
-    bootstrap_offset_accuracy,
-    detect_period,
-    offset_gap,
-    period_scan,
-    periodic_share,
-    phase_accuracy,
-    phase_permutation_test,
-    phases_of_offsets,
-    spectrum,
-)
+from chunkformer.evaluation.stats.periodicity import analyze
 
-__all__ = [
-    "analyze",
-    "bootstrap_mean_accuracy",
-    "bootstrap_offset_accuracy",
-    "detect_period",
-    "offset_gap",
-    "period_scan",
-    "periodic_share",
-    "phase_accuracy",
-    "phase_permutation_test",
-    "phases_of_offsets",
-    "spectrum",
-]
+__all__ = ["analyze"]

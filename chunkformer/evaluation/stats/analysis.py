@@ -4,7 +4,7 @@ Frozen dataclasses, nested where the numbers belong together; each has ``to_json
 types only, NaN written as None) and ``from_json`` (the inverse), and ``record ->
 to_json -> from_json`` gives an equal record. The JSON form is the flat one results.json has
 had since the first sweeps (``accuracy_by_phase``, ``accuracy_by_phase_low``, ``max_gap``, ...), so
-committed results read back unchanged; ``variant_record`` builds the per-variant record on
+committed results read back unchanged; ``records.variant`` builds the per-variant record on
 these.
 
 Shape letters of the sweep statistics in evaluation/ (estimates, period_tests, stats,

@@ -20,7 +20,7 @@ explained by the per-phase means (eta squared of the grouping ``offset mod P``).
 multiple of P it equals the spectral power at 1/P and all its harmonics over the total power
 (a single weak phase spreads its power over all harmonics, so one DFT bin under-reports it).
 
-This module is the entry point (``analyze``, a typed ``records.Analysis``); the
+This module is the entry point (``analyze``, a typed ``analysis.Analysis``); the
 estimates live in ``estimates`` and the permutation tests in ``period_tests``, re-exported here.
 """
 
@@ -99,7 +99,7 @@ def analyze(correct_YxJ, offsets_J, chunk_sizes: int | Sequence[int], phases=Non
             *, num_resamples: int = 2000, num_permutations: int = 2000,
             confidence: float = 0.95, alpha: float = 0.05,
             tolerance: float = 0.1) -> Analysis:
-  """Every sweep statistic of one correctness matrix, as a typed ``records.Analysis``.
+  """Every sweep statistic of one correctness matrix, as a typed ``analysis.Analysis``.
 
   Args:
     correct_YxJ: outcomes in [0, 1], Y haystacks x J needle offsets.

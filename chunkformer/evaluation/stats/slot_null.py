@@ -121,7 +121,7 @@ def slot_gain_null(trained, init=None, *, num_permutations: int = 2000, alpha: f
     ([N][K]); per statistic (``shift``, ``spread``, ``deviation``): ``per_seed`` values,
     ``mean``/``low``/``high`` over seeds, ``init`` and ``excess`` (trained - init) summaries
     when init is given, and for shift and spread ``p_values`` per seed, ``pooled_p_value``,
-    ``holds`` per seed and ``agreement`` (``seed_agreement.SeedAgreement.record``).
+    ``holds`` per seed and ``agreement`` (``seed_rule.SeedAgreement.record``).
   """
   w = _as_weights_NxKxS(trained, "trained")
   w0 = None if init is None else _as_weights_NxKxS(init, "init")

@@ -1,4 +1,4 @@
-"""One trained variant of a sweep, evaluated: its ``variant_record.VariantRecord``.
+"""One trained variant of a sweep, evaluated: its ``records.variant.VariantRecord``.
 
 The record holds the variant's setup (``describe``: the descriptive schema fields and the
 identity fields variant, seed, key_len, value_len, task) and:
@@ -44,7 +44,7 @@ from chunkformer.evaluation.probes import (
   needle_sweep,
   prefix_probe,
   slot_gain,
-  study_fields,
+  split_fields,
 )
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
@@ -189,8 +189,8 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
           *_band(chunk_phase.accuracy), xlabel="needle phase inside its actual chunk",
           title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
     fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_YxJ.mean())
-    if study_fields.wants_split_labels(setup):  # C5: accuracy per split label, fixed in advance
-      fields["split_labels"] = study_fields.split_fields(
+    if split_fields.wants_split_labels(setup):  # C5: accuracy per split label, fixed in advance
+      fields["split_labels"] = split_fields.split_fields(
           setup, far.correct_YxJ, far.offsets_J, depth_name=far.name, seed=settings.seed,
           num_resamples=settings.num_resamples)
     ratio_rows = far
@@ -240,7 +240,7 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
     if gains["sites"]:
       fields["slot_gain"] = tuple(SlotGainSite.from_json(site) for site in gains["sites"])
       # C6's null: the same statistic of this config's initialised model on the same rows.
-      init = dataclasses.replace(trained, params=study_fields.init_params(trained))
+      init = dataclasses.replace(trained, params=slot_gain.init_params(trained))
       init_out = _predictor(init, settings.eval_batch_size)(rows)
       init_gains = slot_gain.analyze(init.params, variant.config.model, {
           k: v.sum(axis=0) for k, v in init_out.items() if k.startswith("pool_")})

@@ -1,11 +1,8 @@
-"""Record fields for the study's judged claims (C5, C6), computed in ``sweep.unit``.
+"""The ``split_labels`` record field (C5): a plain fixed model's accuracy per split label.
 
-- ``split_fields``: C5's split-label analysis of a plain fixed model with multi-token needles,
-  from the far-depth correctness matrix and the labels fixed before any data
-  (``split_labels.split_kinds_fixed``: chunks of M tokens from position 0, as the model's
-  fixed compressor cuts them).
-- ``init_params``: the parameters the trainer starts this config from (same seed), whose slot
-  gains on the same rows are C6's null at initialisation.
+``split_fields`` analyses the far-depth correctness matrix of a model with multi-token needles
+by the labels fixed before any data (``split_labels.split_kinds_fixed``: chunks of M tokens
+from position 0, as the model's fixed compressor cuts them).
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.records.variant import VariantSetup, json_ready
 from chunkformer.evaluation.stats import split_labels
 
@@ -34,8 +30,3 @@ def split_fields(setup: VariantSetup, correct_YxJ: np.ndarray, offsets_J: np.nda
                                      num_resamples=num_resamples, seed=seed)
   return json_ready({"chunk_size": m, "key_len": setup.key_len, "value_len": setup.value_len,
                      "depth": depth_name, **record})
-
-
-def init_params(trained: trained_lib.TrainedModel) -> Any:
-  """The step-0 parameters of the trained run's config (``Runtime.init_state``, same seed)."""
-  return trained.runtime.init_state().params
