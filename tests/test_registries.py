@@ -66,7 +66,8 @@ def registered(monkeypatch):
 
 
 def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp_path):
-  config = make_sweep({"smoke": SMOKE}, probes={"first_token": {"rows": 3}}, **TINY)
+  config = make_sweep({"smoke": SMOKE}, **TINY)
+  config.sweep.probes.first_token = dict(rows=3)  # as a sweep config file enables it
   outcome = sweep.run(config, str(tmp_path), command="test")
   with open(outcome.results_path) as f:
     stored = json.load(f)
