@@ -23,9 +23,12 @@ import sys
 
 from absl import app, flags
 
-from chunkformer import cli, evaluate
+from chunkformer import cli
+from chunkformer import heldout as heldout_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import shards, sweep, sweep_config
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.evaluation.sweep import shards
 
 _CONFIG = cli.define_config_flag(required=False)
 _WORKDIR = cli.define_workdir_flag()
@@ -79,7 +82,7 @@ def main(argv):
     if _SHARD.value is not None or _MERGE.value or _REJUDGE.value:
       raise ConfigError("--shard/--merge/--rejudge need a sweep config: --config "
                         "configs/sweeps/<name>.py")
-    result = evaluate.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
+    result = heldout_lib.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
                                           allow_unfinished=_ALLOW_UNFINISHED.value)
   except (ConfigError, sweep.Interrupted) as e:
     raise SystemExit(f"error: {e}") from None

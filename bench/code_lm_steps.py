@@ -26,7 +26,7 @@ import jax  # noqa: E402
 from bench import results_io  # noqa: E402
 from chunkformer import provenance, trainer  # noqa: E402
 from chunkformer import runtime as runtime_lib  # noqa: E402
-from chunkformer.evaluation import sweep_config  # noqa: E402
+from chunkformer.evaluation.sweep import config as sweep_config  # noqa: E402
 from configs.sweeps import code_lm  # noqa: E402
 
 

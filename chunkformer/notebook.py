@@ -23,8 +23,8 @@ from absl import logging
 from chunkformer import trainer
 from chunkformer.config import DataConfig
 from chunkformer.data import code, kv
-from chunkformer.evaluation import formatting
-from chunkformer.evaluation.variant_record import VariantRecord
+from chunkformer.evaluation.records import formatting
+from chunkformer.evaluation.records.variant import VariantRecord
 
 FAST_ENV = "CHUNKFORMER_FAST"
 RUNS_ENV = "CHUNKFORMER_RUNS"

@@ -22,7 +22,7 @@ from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError
-from chunkformer.convert import token_map as token_map_lib
+from chunkformer.data import token_map as token_map_lib
 from chunkformer.model import Transformer
 
 
@@ -37,7 +37,7 @@ class Runtime:
   rules: sharding_lib.Rules  # logical axis rules fitted to this model and mesh
   batch_sharding: NamedSharding
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
-  # kv rows in the tokens of the pretrained model this run starts from (convert/token_map.py)
+  # kv rows in the tokens of the pretrained model this run starts from (data/token_map.py)
   token_map: token_map_lib.TokenMap | None = None
   feed: Any = None  # data.feed.CorpusFeed for task "corpus" (stateful); None: batches by step
 

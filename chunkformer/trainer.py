@@ -20,8 +20,9 @@ import optax
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from chunkformer import accumulate, checkpointing, evaluate, objective, warm_start
+from chunkformer import accumulate, checkpointing, objective, warm_start
 from chunkformer import flops as flops_lib
+from chunkformer import heldout as heldout_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -171,7 +172,7 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   logging.info("model: %d parameters, mesh %s, %d steps of %d tokens",
                state_lib.param_count(state.params), dict(rt.mesh.shape), config.train.steps,
                rt.tokens_per_step)
-  train_step, eval_step = make_train_step(rt), evaluate.make_eval_step(rt)
+  train_step, eval_step = make_train_step(rt), heldout_lib.make_eval_step(rt)
   flops_per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len)
 
   def mesh_peak() -> float:  # on CPU measured anew at each log line (outside the timed window)
@@ -226,11 +227,11 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
         if done % config.train.eval_every == 0 and done != total:
           flush()
           began = time.perf_counter()
-          logger.heldout(done, evaluate.heldout_metrics(rt, eval_step, state.params,
+          logger.heldout(done, heldout_lib.heldout_metrics(rt, eval_step, state.params,
                                                         config.train.eval_batches))
           window.start += time.perf_counter() - began  # not training throughput
       flush()
-    heldout = evaluate.heldout_metrics(rt, eval_step, state.params, config.train.eval_batches)
+    heldout = heldout_lib.heldout_metrics(rt, eval_step, state.params, config.train.eval_batches)
     logger.heldout(total, heldout)
     final = {"step": total, "heldout": heldout}
     workdir_lib.write_json(workdir, workdir_lib.FINAL_METRICS_FILE, final)

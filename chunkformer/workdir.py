@@ -24,7 +24,7 @@ from chunkformer.config import Config, ConfigError
 CONFIG_FILE = "config.json"
 FINAL_METRICS_FILE = "final_metrics.json"
 REPLACED_PREFIX = "replaced-"
-SWEEP_RESULTS_FILE = "results.json"  # written by evaluation/sweep.py beside its variant runs
+SWEEP_RESULTS_FILE = "results.json"  # written by evaluation/sweep/ beside its variant runs
 
 # Changing these does not change parameters or data at any step.
 BOOKKEEPING_FIELDS = frozenset({

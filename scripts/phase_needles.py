@@ -28,13 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from chunkformer import provenance  # noqa: E402
-from chunkformer.evaluation import (  # noqa: E402
-    correctness,
-    results_file,
-    split_labels,
-    study_claims,
-    study_tables,
-)
+from chunkformer.evaluation.claims import summaries  # noqa: E402
+from chunkformer.evaluation.records import correctness, results_file  # noqa: E402
+from chunkformer.evaluation.stats import split_labels  # noqa: E402
+from chunkformer.evaluation.stats.estimates import PHASE_DEPENDENT, phase_dependent_needles  # noqa: E402,E501
 
 
 def _lengths(record) -> tuple[int, int]:
@@ -52,7 +49,7 @@ def main() -> None:
   parser.add_argument("sweep_dir", help="a finished sweep's directory")
   parser.add_argument("units", nargs="+", help="unit names of that sweep")
   parser.add_argument("--out", required=True, help="output path without extension")
-  parser.add_argument("--period", type=int, default=study_tables.MAP_PERIOD)
+  parser.add_argument("--period", type=int, default=summaries.MAP_PERIOD)
   parser.add_argument("--depths", default="far", help="comma-separated needle depths: far, "
                       "middle, near")
   parser.add_argument("--overwrite", action="store_true")
@@ -70,7 +67,7 @@ def main() -> None:
   unknown = [u for u in args.units if u not in records]
   if unknown:
     raise SystemExit(f"error: {path} has no unit {', '.join(unknown)}")
-  load = study_claims.loader(args.sweep_dir)
+  load = correctness.loader(args.sweep_dir)
   depths = args.depths.split(",")
   needles = {}  # (unit, depth) -> phase-dependent haystacks; all checked before any output
   for unit in args.units:
@@ -80,7 +77,8 @@ def main() -> None:
       if matrix is None:
         raise SystemExit(f"error: {unit} has no {depth}-depth needle correctness matrix in "
                          f"{os.path.join(args.sweep_dir, 'correct')} (--depths)")
-      needles[unit, depth] = study_tables.phase_dependent_needles(matrix, args.period)
+      needles[unit, depth] = phase_dependent_needles(matrix.correct_YxJ, matrix.offsets_J,
+                                                      args.period)
 
   # the split kind of each phase for each unit's needle lengths
   kinds = {u: split_labels.phase_split_kinds(args.period, *_lengths(records[u]))
@@ -111,7 +109,7 @@ def main() -> None:
   table = [
       "# Phase-dependent needles: where each unit's remaining blind spot lies", "",
       f"`{command}` at commit {commit}, {date}. Haystacks whose needle accuracy by "
-      f"offset mod {args.period} spans >= {study_tables.PHASE_DEPENDENT}; each cell: accuracy "
+      f"offset mod {args.period} spans >= {PHASE_DEPENDENT}; each cell: accuracy "
       f"at that phase (the split kind of the phase under fixed chunks of {args.period}: none, "
       "key_cut, value_cut or total). The last column: the other listed units in which the same "
       "haystack (same depth and needle lengths: the same needle) depends on the phase too.",

@@ -12,8 +12,9 @@ from chunkformer.attention.common import OutputProjection, derotate
 from chunkformer.attention.compressed_core import compressed_attention
 from chunkformer.compression import fixed_chunks
 from chunkformer.config import AttentionConfig, Config, DataConfig, ModelConfig, TrainConfig
-from chunkformer.evaluation import anatomy, attention_probe, needle_sweep
-from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.probes import attention_weights, needle_sweep
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.explainers import anatomy
 from chunkformer.model import Transformer
 
 B, T, H, K, D = 2, 20, 4, 2, 8
@@ -51,7 +52,7 @@ def test_weights_times_values_give_the_fixed_kinds_output():
                   sink_H=sink)
     return (compressed_attention(q, k, v, seg, window=3, entry_ends_BxCxK=chunks.ends_BxCxK,
                                  **layout),
-            attention_probe.attention_weights(q, k, seg, window=3,
+            attention_weights.attention_weights(q, k, seg, window=3,
                                               entry_visible_from_BxCxK=chunks.ends_BxCxK,
                                               **layout))
 
@@ -72,7 +73,7 @@ def test_weights_times_values_give_the_packed_kernel_reference_output():
   def both(q, k, v, seg, ek, ev, entry_ends, entry_seg):
     return (kernels.chunk_attention_reference(q, k, v, seg, ek, ev, entry_ends, entry_seg,
                                               window=0),
-            attention_probe.attention_weights(
+            attention_weights.attention_weights(
                 q, k, seg, window=0, entry_k_BxCxKxD=ek,
                 entry_visible_from_BxCxK=jnp.broadcast_to(entry_ends[..., None], (B, 16, K)),
                 entry_segment_ids_BxCxK=jnp.broadcast_to(entry_seg[..., None], (B, 16, K))))
@@ -107,9 +108,9 @@ def _probe(model, params, tokens, layer):
     seg = jnp.zeros_like(tokens)
     _, state = Transformer(model).apply({"params": params}, tokens, pos, seg,
                                         mutable=["intermediates"],
-                                        capture_intermediates=attention_probe.capture_filter)
+                                        capture_intermediates=attention_weights.capture_filter)
     inter = state["intermediates"]
-    return (*attention_probe.layer_attention(model, params, inter, layer, seg, pos), inter)
+    return (*attention_weights.layer_attention(model, params, inter, layer, seg, pos), inter)
   return run(params, tokens)
 
 
@@ -194,7 +195,7 @@ def test_probe_weights_times_values_give_the_dynamic_layer_output(attn):
   model = _model("dynamic", **attn)
   tokens = jnp.asarray(np.random.default_rng(14).integers(0, 32, (B, T)), jnp.int32)
   params = _params(model, tokens, 2)
-  capture = lambda module, method: (attention_probe.capture_filter(module, method)
+  capture = lambda module, method: (attention_weights.capture_filter(module, method)
                                     or isinstance(module, OutputProjection))
 
   @jax.jit
@@ -206,7 +207,7 @@ def test_probe_weights_times_values_give_the_dynamic_layer_output(attn):
     inter = state["intermediates"]
     out = {}
     for layer in range(model.num_layers):
-      weights, _ = attention_probe.layer_attention(model, params, inter, layer, seg, pos)
+      weights, _ = attention_weights.layer_attention(model, params, inter, layer, seg, pos)
       attn_inter = inter[f"block_{layer}"]["attn"]
       _, _, v = attn_inter["qkv"]["__call__"][0]
       entries = attn_inter["entries"][0]

@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import claims, stats, verdicts
-from chunkformer.evaluation.records import Interval, PrefixAnalysis
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import combine as claims
+from chunkformer.evaluation.claims import judgments
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats.analysis import Interval, PrefixAnalysis
 
 BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                      num_permutations=10)
@@ -40,12 +42,12 @@ def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
                      far=0.99)]
   pooled = {"m4": _pooled("m4", 3), "m2": _pooled("m2", 2, m=2, period=2, gap=0.4),
             "full": records[-1]}
-  lines = verdicts.decide(records, pooled)
+  lines = judgments.decide(records, pooled)
   assert not any("NOT TESTED" in line for line in lines)
   assert any(line.startswith("INCONCLUSIVE (no data): still periodic with RoPE off")
              for line in lines)
   assert any("m4 (3 seeds pooled)" in line for line in lines)  # the pooled tests' lines
-  by_id = {c.id: c for c in verdicts.claims(records, pooled=pooled)}
+  by_id = {c.id: c for c in judgments.claims(records, pooled=pooled)}
   assert list(by_id) == [f"C{i}" for i in range(1, 10)]
   # C1: m4 holds in 2/3 seeds and pooled; m2 in 2/2 and pooled: 4 of 5 seeds agree.
   assert (by_id["C1"].verdict, by_id["C1"].seeds_agreeing) == ("REPRODUCED", "4/5")
@@ -66,20 +68,20 @@ def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
 def test_pooled_test_that_fails_or_is_missing_keeps_the_claim_inconclusive():
   records = [_record(f"m4_s{k}", k, variant="m4") for k in range(3)]
   failing = {"m4": _pooled("m4", 3, p=0.3, period=None)}
-  c1 = verdicts.claims(records, pooled=failing)[0]
+  c1 = judgments.claims(records, pooled=failing)[0]
   assert c1.verdict == "INCONCLUSIVE"
   assert "3/3 seeds hold but the seed-pooled test does not" in c1.reason
-  c1 = verdicts.claims(records)[0]  # several seeds, no pooled record: no pooled test
+  c1 = judgments.claims(records)[0]  # several seeds, no pooled record: no pooled test
   assert c1.verdict == "INCONCLUSIVE" and "no seed-pooled test" in c1.reason
   # Failing in every seed and pooled: NOT REPRODUCED, the failing seeds counted as agreeing.
   fails = [_record(f"m4_s{k}", k, variant="m4", p=0.3, period=None) for k in range(3)]
-  c1 = verdicts.claims(fails, pooled=failing)[0]
+  c1 = judgments.claims(fails, pooled=failing)[0]
   assert (c1.verdict, c1.seeds_agreeing) == ("NOT REPRODUCED", "3/3")
 
 
 def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None)]
-  c1 = verdicts.claims(records)[0]  # one seed each: each variant is its own pooled test
+  c1 = judgments.claims(records)[0]  # one seed each: each variant is its own pooled test
   assert c1.verdict == "INCONCLUSIVE"
   assert "the variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
   # No verdict to agree with: the count is the seeds in which the claim holds (m8's failing
@@ -87,16 +89,16 @@ def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   assert c1.seeds_agreeing == "1/2"
   # An undecided variant (task not learned) does not block the others' common verdict.
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None, far=0.1)]
-  c1 = verdicts.claims(records)[0]
+  c1 = judgments.claims(records)[0]
   assert c1.verdict == "REPRODUCED" and "m8: INCONCLUSIVE" in c1.reason
 
 
 def test_unlearned_model_leaves_the_claim_undecided_and_extra_claims_replace_it():
   records = [_record("m4", 0, far=0.1, p=0.3, period=None)]
-  c1 = verdicts.claims(records)[0]
+  c1 = judgments.claims(records)[0]
   assert c1.verdict == "INCONCLUSIVE" and "not learned" in c1.reason
   decided = claims.Claim("C6", claims.STATEMENTS["C6"], "REPRODUCED", "null test", {}, "3/3")
-  assert verdicts.claims(records, extra={"C6": decided})[5] is decided
+  assert judgments.claims(records, extra={"C6": decided})[5] is decided
   with pytest.raises(ValueError, match="NOT TESTED"):
     claims.Claim("C1", "s", "NOT TESTED", "r", {}, "0/0")
 
@@ -111,17 +113,17 @@ def test_code_model_record_without_needle_sweep_round_trips_through_json(task):
   data = json.loads(json.dumps(record.to_json()))
   assert "depths" not in data and data["primary_probe"] == "prefix"
   assert VariantRecord.from_json(data) == record
-  by_id = {c.id: c for c in verdicts.claims([record])}
+  by_id = {c.id: c for c in judgments.claims([record])}
   assert by_id["C7"].numbers["code_m4"]["holds"] is False  # C7: no period
   assert by_id["C1"].verdict == "INCONCLUSIVE" and not by_id["C1"].numbers  # not a C1 model
   unlearned = dataclasses.replace(record, analysis=dataclasses.replace(
       BASE, detected_period=None, mean_accuracy=Interval(0.0, None, None)))
-  c7 = {c.id: c for c in verdicts.claims([unlearned])}["C7"]
+  c7 = {c.id: c for c in judgments.claims([unlearned])}["C7"]
   assert c7.verdict == "INCONCLUSIVE" and "not learned" in c7.reason
 
 
 def test_seeded_units_carry_their_variant_and_seed_through_the_record_json():
-  from chunkformer.evaluation.sweep_config import unit_variant
+  from chunkformer.evaluation.sweep.config import unit_variant
   from configs.sweeps import seeded_units, variant
   units = seeded_units({"fixed_m4": (variant("configs/kv_chunk.py"), 3),
                         "full": (variant("configs/kv_full.py"), 2),
@@ -144,15 +146,15 @@ def test_accuracy_gates_read_the_held_out_far_accuracy_where_recorded():
   passes = dataclasses.replace(full, heldout={"far_accuracy": 0.97})
   misses = dataclasses.replace(_record("full", 0, attention="full", m=None, p=0.6, period=None,
                                        gap=0.02, far=0.99), heldout={"far_accuracy": 0.80})
-  assert verdicts.claims([full])[1].verdict == "INCONCLUSIVE"  # no held-out: the sweep's 0.90
-  assert verdicts.claims([passes])[1].verdict == "REPRODUCED"
-  c2 = verdicts.claims([misses])[1]
+  assert judgments.claims([full])[1].verdict == "INCONCLUSIVE"  # no held-out: the sweep's 0.90
+  assert judgments.claims([passes])[1].verdict == "REPRODUCED"
+  c2 = judgments.claims([misses])[1]
   assert c2.verdict == "INCONCLUSIVE"
   assert "held-out far accuracy 0.800 is below the 0.95 gate" in c2.reason
   assert c2.numbers["full"]["gate_accuracy"] == 0.80
   # The 50% "task learned" gate of a fixed model too.
   unlearned = dataclasses.replace(_record("m4", 0, far=0.9), heldout={"far_accuracy": 0.2})
-  assert verdicts.claims([unlearned])[0].numbers["m4"]["holds"] is True  # period shown anyway
+  assert judgments.claims([unlearned])[0].numbers["m4"]["holds"] is True  # period shown anyway
   flat = dataclasses.replace(_record("m4", 0, far=0.9, p=0.4, period=None),
                              heldout={"far_accuracy": 0.2})
-  assert verdicts.claims([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned
+  assert judgments.claims([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned

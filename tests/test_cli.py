@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from chunkformer import evaluate, trainer
+from chunkformer import heldout, trainer
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
 from tests.test_train import smoke_config
@@ -49,4 +49,4 @@ def test_train_workdir_that_is_a_file_fails_before_any_work(tmp_path):
 def test_eval_on_sweep_results_names_the_sweep_command():
   with pytest.raises(ConfigError, match=r"holds a sweep \(its results.json\), not one run: "
                      r"rerun the sweep with `python eval.py --config configs/sweeps/demo.py"):
-    evaluate.evaluate_checkpoint(os.path.join(ROOT, "results", "demo"))
+    heldout.evaluate_checkpoint(os.path.join(ROOT, "results", "demo"))

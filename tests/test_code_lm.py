@@ -13,7 +13,9 @@ import pytest
 
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, code_needles, ingest
-from chunkformer.evaluation import lm_phase_loss, prefix_probe, sweep
+from chunkformer.evaluation.probes import lm_phase_loss, prefix_probe
+from chunkformer.evaluation.records import loss_rows
+from chunkformer.evaluation.sweep import run as sweep
 from configs.sweeps import code_lm, seeded_units, sweep_config
 from tests.test_corpus import write_corpus
 
@@ -115,7 +117,7 @@ def test_loss_by_position_mod_m_equals_a_hand_computation():
   np.testing.assert_allclose(sums, [1 + 5 + 0.5, 2 + 6 + 7, 0.5, 4 + 0.5])
   np.testing.assert_allclose(counts, [3, 3, 1, 2])
   # Two held-out batches, each these two rows; every target predicts one byte.
-  rows = lm_phase_loss.Rows(np.concatenate([loss, loss]) * np.concatenate([mask, mask]),
+  rows = loss_rows.Rows(np.concatenate([loss, loss]) * np.concatenate([mask, mask]),
                             np.concatenate([mask, mask]), np.ones((4, 6)))
   result = lm_phase_loss.PhaseLoss(4, rows, rows_per_batch=2)
   assert result.seq_len == 6
@@ -172,7 +174,7 @@ def test_tiny_code_lm_sweep_writes_the_probe_and_phase_loss_fields(tiny_corpus, 
     # Every code target of the held-out rows counted once (tokens minus answers, by phase).
     assert sum(loss["count_by_phase"]) <= 2 * 4 * 96
     # The detrended signature, recomputable from the stored per-token rows.
-    rows = lm_phase_loss.loader(workdir)(record["name"])
+    rows = loss_rows.loader(workdir)(record["name"])
     assert rows.loss_NxT.shape == (2 * 4, 96)
     np.testing.assert_allclose(rows.mask_NxT.sum(axis=0).reshape(-1, 4).sum(axis=0),
                                loss["count_by_phase"])

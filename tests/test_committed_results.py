@@ -12,23 +12,19 @@ import dataclasses
 import importlib
 import json
 import os
+import re
+import shutil
 
 import pytest
 
-from chunkformer.evaluation import claims as claims_lib
-from chunkformer.evaluation import (
-    correctness,
-    lm_phase_loss,
-    lm_tables,
-    report,
-    results_file,
-    seed_pooling,
-    stats,
-    study_claims,
-    sweep_config,
-    verdicts,
-)
-from chunkformer.evaluation.variant_record import VariantRecord
+from chunkformer.evaluation.claims import judgments, loss_signatures, pooling, registry
+from chunkformer.evaluation.records import correctness, loss_rows, results_file
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.report import loss_tables
+from chunkformer.evaluation.report import markdown as report
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats.seed_rule import VERDICTS
+from chunkformer.evaluation.sweep import config as sweep_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 SWEEPS = ["demo", "study", "code_lm"]
@@ -61,10 +57,10 @@ def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep)
   results = results_file.load(_path(sweep))
   assert results.verdicts and results.variants
   s = results.settings
-  pooled = seed_pooling.pooled_records(
-      results.variants, study_claims.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
+  pooled = pooling.pooled_records(
+      results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
       num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
-  assert tuple(verdicts.decide(results.variants, pooled)) == results.verdicts
+  assert tuple(judgments.decide(results.variants, pooled)) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
     assert report.comparison_table(results.variants) in f.read()
 
@@ -75,21 +71,25 @@ def test_committed_results_read_and_write_back_their_own_json(sweep):
     stored = json.load(f)
   results = results_file.SweepResults.from_json(stored)
   written = json.loads(results_file.dumps(results))
-  if stored.get("schema_version") == 2:  # written by today's code: back exactly as stored
+  if stored.get("schema_version") in (2, 3):
+    # Version 3 only adds the registry probes' results (none in these sweeps): a version-2 file
+    # comes back exactly as stored but for its version number.
+    assert written.pop("schema_version") == results_file.SCHEMA_VERSION == 3
+    stored = {k: v for k, v in stored.items() if k != "schema_version"}
     assert json.dumps(written, sort_keys=True) == json.dumps(stored, sort_keys=True)
     # Its claims recompute from the stored records and correctness matrices alone: every
     # verdict, reason and count exactly, every number up to float rounding (BLAS picks its
     # kernels by CPU, so a sum may round differently on another machine: up to 1e-14 seen).
     s = results.settings
-    recomputed = study_claims.claims(
-        results.variants, study_claims.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
+    recomputed = registry.decide(
+        results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
         num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
     _assert_same([c.to_json() for c in recomputed], [c.to_json() for c in results.claims],
                  "claims")
     return
   assert "schema_version" not in stored and results.claims == ()
   # Version 2 adds fields; every stored one comes back with the same JSON text (types too).
-  added = {"schema_version", "claims"}
+  added = {"schema_version", "claims"}  # and, from version 3, registry probes where any ran
   assert set(written) - set(stored) == added
   for key in stored:
     if key != "variants":
@@ -105,7 +105,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
   for record in results.variants:
     again = VariantRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert again == record
-  claims = tuple(verdicts.claims(results.variants))
+  claims = tuple(judgments.claims(results.variants))
   with_claims = results_file.SweepResults.from_json(
       json.loads(results_file.dumps(dataclasses.replace(results, claims=claims))))
   assert with_claims.claims == claims
@@ -125,7 +125,7 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   claims = results_file.load(_path(sweep)).claims
   assert [c.id for c in claims] == [f"C{i}" for i in range(1, 10)]
   for claim in claims:
-    assert claim.verdict in claims_lib.VERDICTS and "NOT TESTED" not in claim.reason
+    assert claim.verdict in VERDICTS and "NOT TESTED" not in claim.reason
     assert claim.reason, claim.id
   by_id = {c.id: c for c in claims}
   assert {k: by_id[k].verdict for k in expected} == expected
@@ -197,7 +197,7 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   if sweep == "demo":
     # One seed per variant and no M=2: the judgment-based claims agree with the sweep's
     # except C6 (the demo stores init gains: its slot-gain null decides C6).
-    plain = verdicts.claims(results_file.load(_path(sweep)).variants)
+    plain = judgments.claims(results_file.load(_path(sweep)).variants)
     assert [c.verdict for c in plain if c.id != "C6"] == [c.verdict for c in claims
                                                           if c.id != "C6"]
     assert [c.reason for c in plain if c.id != "C6"] == [c.reason for c in claims
@@ -244,14 +244,17 @@ def test_committed_lm_loss_tables_recompute_from_the_stored_rows(tmp_path):
   s = results.settings
   resampling = dict(seed=s["seed"], num_resamples=s["num_resamples"],
                     num_permutations=s["num_permutations"])
-  load = lm_phase_loss.loader(directory)
+  load = loss_rows.loader(directory)
   seeds = {}
   for r in results.variants:
     seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
     assert r.lm_phase_loss["signature"] == load(r.name).signature(4, **resampling), r.name
   assert seeds == {v: {0, 1, 2} for v in ("full", "fixed_m4", "dynamic_m4", "fixed_m4_shift",
                                           "full_shift")}
-  tables = lm_tables.sections(results.variants, load, str(tmp_path), directory, **resampling)
+  tables = loss_tables.sections(results.variants, loss_signatures.code_accuracies(results.variants),
+                              loss_signatures.pooled_signatures(results.variants, load,
+                                                                **resampling),
+                              str(tmp_path), directory)
   with open(os.path.join(directory, "report.md")) as f:
     text = f.read()
   assert "seeds pooled)" in tables
@@ -259,3 +262,41 @@ def test_committed_lm_loss_tables_recompute_from_the_stored_rows(tmp_path):
     if not line.startswith("!["):  # the figure went to tmp_path
       assert line in text
   assert "not learned" in {c.id: c for c in results.claims}["C7"].reason
+
+
+def _without_rejudge_note(text: str) -> str:
+  """The report without its "Judged again on <date> by <command>" paragraph (the one line a
+  rejudge adds or rewrites) and the machine a run used."""
+  text = re.sub(r"\n\nJudged again on [^\n]*", "", text)
+  return "\n".join(line.split("; machine: ")[0] for line in text.splitlines()) + "\n"
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_committed_sweeps_rejudge_to_their_own_report_and_claims(sweep, tmp_path):
+  """A rejudge of each committed sweep (records, correctness matrices and loss rows only)
+  writes its committed report.md again, byte for byte but for the rejudge note, and the same
+  verdicts, variants and claims (numbers up to float rounding)."""
+  from chunkformer.evaluation.sweep import run as sweep_run
+
+  source = os.path.join(RESULTS, sweep)
+  for item in ("results.json", "correct", "lm_loss"):
+    path = os.path.join(source, item)
+    if os.path.isdir(path):
+      shutil.copytree(path, tmp_path / item)
+    elif os.path.exists(path):
+      shutil.copy(path, tmp_path / item)
+  config = importlib.import_module(f"configs.sweeps.{sweep}").get_config()
+  outcome = sweep_run.rejudge(config, str(tmp_path), command="rejudge")
+  with open(os.path.join(source, "report.md"), encoding="utf-8") as f:
+    committed = f.read()
+  with open(outcome.report_path, encoding="utf-8") as f:
+    again = f.read()
+  assert _without_rejudge_note(again) == _without_rejudge_note(committed)
+  with open(_path(sweep)) as f:
+    stored = json.load(f)
+  with open(outcome.results_path) as f:
+    written = json.load(f)
+  for key in stored:
+    if key not in ("schema_version", "claims"):
+      assert written[key] == stored[key], key
+  _assert_same(written["claims"], stored["claims"], "claims")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from chunkformer.evaluation import sweep_config
+from chunkformer.evaluation.sweep import config as sweep_config
 from configs.sweeps import demo
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 
 import pytest
 
@@ -137,3 +138,99 @@ def test_caches_import_no_attention_kind():
   graph = _graph(_modules())
   assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.kvcache")
               for t in targets if t.startswith("chunkformer.attention")}
+
+
+# The evaluation package's layers, lowest first: a module may import its own layer and the
+# layers below it, never one above; probes and claims share a rank and never import each other.
+EVALUATION = "chunkformer.evaluation"
+LAYERS = {"stats": 0, "records": 1, "probes": 2, "claims": 2, "report": 3, "sweep": 4}
+# What the statistics may import besides themselves: the error type every argument check raises
+# (and the packages it sits in, whose inits import nothing).
+STATS_MAY_IMPORT = {"chunkformer", "chunkformer.config_sections",
+                    "chunkformer.config_sections.errors"}
+STATS_LIBRARIES = {"numpy", "scipy"}
+
+
+def _layer(module: str) -> str | None:
+  """'chunkformer.evaluation.claims.judgments' -> 'claims'; None outside the layers."""
+  if not module.startswith(EVALUATION + "."):
+    return None
+  return module[len(EVALUATION) + 1:].split(".")[0]
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+  bad = set()
+  for module, targets in graph.items():
+    mine = _layer(module)
+    for target in targets:
+      theirs = _layer(target)
+      if mine is None:
+        continue  # outside the evaluation package: test_the_core_library_imports_no_package...
+      if mine == "stats":
+        if theirs != "stats" and target not in STATS_MAY_IMPORT and target != EVALUATION:
+          bad.add((module, target))
+      elif theirs is not None and theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
+        bad.add((module, target))
+  return bad
+
+
+def test_every_evaluation_module_sits_in_a_layer():
+  modules = [m for m in _modules() if m.startswith(EVALUATION + ".")]
+  assert modules and not {m for m in modules if _layer(m) not in LAYERS}
+
+
+def test_evaluation_imports_only_downwards():
+  violations = _layer_violations(_graph(_modules()))
+  assert not violations, f"imports against the layer order {LAYERS}: {sorted(violations)}"
+
+
+def test_the_layer_check_sees_an_upward_and_a_sideways_import():
+  graph = {f"{EVALUATION}.stats.a": {f"{EVALUATION}.records.b"},  # upward
+           f"{EVALUATION}.probes.c": {f"{EVALUATION}.claims.d"},  # sideways
+           f"{EVALUATION}.report.e": {f"{EVALUATION}.claims.d", f"{EVALUATION}.stats.a"}}
+  assert _layer_violations(graph) == {
+      (f"{EVALUATION}.stats.a", f"{EVALUATION}.records.b"),
+      (f"{EVALUATION}.probes.c", f"{EVALUATION}.claims.d")}
+
+
+def test_statistics_use_only_numpy_scipy_and_the_standard_library():
+  found = {}
+  for module, path in _modules().items():
+    if _layer(module) != "stats":
+      continue
+    for node in ast.walk(ast.parse(open(path).read())):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+               [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+      for name in names:
+        top = name.split(".")[0]
+        allowed = (top in STATS_LIBRARIES or top in sys.stdlib_module_names
+                   or name.startswith(EVALUATION + ".stats") or name in STATS_MAY_IMPORT)
+        if not allowed:
+          found.setdefault(module, []).append(name)
+  assert not found, f"statistics importing more than numpy/scipy: {found}"
+
+
+# Packages built on the library (importers, the study, the notebooks' explainers): the core
+# library (model, attention, data, training, decoding) never imports them; that an import of
+# a loaded model's token map once went from runtime.py up into convert/ is what this guards.
+APPLICATIONS = ("chunkformer.convert", "chunkformer.evaluation", "chunkformer.explainers")
+MAY_IMPORT_APPLICATIONS = APPLICATIONS + ("chunkformer.notebook",)
+
+
+def _upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+  def inside(module, packages):
+    return any(module == p or module.startswith(p + ".") for p in packages)
+  return {(m, t) for m, targets in graph.items() if m.startswith("chunkformer")
+          and not inside(m, MAY_IMPORT_APPLICATIONS) for t in targets if inside(t, APPLICATIONS)}
+
+
+def test_the_core_library_imports_no_package_built_on_it():
+  upward = _upward(_graph(_modules()))
+  assert not upward, f"core modules importing {APPLICATIONS}: {sorted(upward)}"
+
+
+def test_the_upward_check_sees_runtime_reaching_into_convert():
+  graph = {"chunkformer.runtime": {"chunkformer.convert.token_map"},
+           "chunkformer.convert.qwen3": {"chunkformer.runtime"},
+           "chunkformer.explainers.anatomy": {"chunkformer.evaluation.probes.trained"}}
+  assert _upward(graph) == {("chunkformer.runtime", "chunkformer.convert.token_map")}

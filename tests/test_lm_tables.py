@@ -1,5 +1,5 @@
 """The language models' loss-by-position tables (``lm_tables``) and the stored per-token rows
-(``lm_phase_loss.Rows``), on synthetic losses with a planted period-4 pattern."""
+(``loss_rows.Rows``), on synthetic losses with a planted period-4 pattern."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import lm_phase_loss, lm_tables, loss_phase, seed_agreement, stats
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import loss_signatures
+from chunkformer.evaluation.records import loss_rows
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.report import loss_tables
+from chunkformer.evaluation.stats import loss_phase, seed_rule
+from chunkformer.evaluation.stats import periodicity as stats
 
 M = 4
 N, T = 32, 64
@@ -17,7 +21,7 @@ PLANTED = 0.08  # nats added at phase 3 (column mod 4) by the "fixed" model
 RESAMPLING = dict(seed=0, num_resamples=200, num_permutations=400)
 
 
-def _rows(seed: int, planted: float, noise_seed: int) -> lm_phase_loss.Rows:
+def _rows(seed: int, planted: float, noise_seed: int) -> loss_rows.Rows:
   """Row-falling loss + noise (+ ``planted`` at phase 3); the mask depends on the seed only,
   as held-out rows do (every model of a seed reads the same rows)."""
   mask = (np.random.default_rng(seed).random((N, T)) > 0.05).astype(np.float64)
@@ -25,10 +29,10 @@ def _rows(seed: int, planted: float, noise_seed: int) -> lm_phase_loss.Rows:
   noise = np.random.default_rng(noise_seed).normal(0.0, 0.3, (N, T))
   loss = 2.0 + 3.0 / np.sqrt(1.0 + t) + planted * (t % M == 3) + noise
   loss = np.where(mask > 0, np.abs(loss), 0.0).astype(np.float32)
-  return lm_phase_loss.Rows(loss, mask, np.ones((N, T)))
+  return loss_rows.Rows(loss, mask, np.ones((N, T)))
 
 
-def _record(variant: str, attention: str, seed: int, rows: lm_phase_loss.Rows) -> VariantRecord:
+def _record(variant: str, attention: str, seed: int, rows: loss_rows.Rows) -> VariantRecord:
   setup = VariantSetup(variant, attention, attention, chunk_size=M, seed=seed, task="corpus",
                        name=f"{variant}_seed{seed}")
   analysis = stats.analyze(np.ones((4, 8)), np.arange(8), [M], num_resamples=10,
@@ -50,43 +54,43 @@ def units():
 
 def test_rows_round_trip_through_the_stored_file(tmp_path, units):
   _, rows = units
-  path = lm_phase_loss.save(lm_phase_loss.path_for(str(tmp_path), "fixed_m4_seed0"),
+  path = loss_rows.save(loss_rows.path_for(str(tmp_path), "fixed_m4_seed0"),
                             rows["fixed_m4_seed0"])
-  loaded = lm_phase_loss.loader(str(tmp_path))("fixed_m4_seed0")
+  loaded = loss_rows.loader(str(tmp_path))("fixed_m4_seed0")
   for name in ("loss_NxT", "mask_NxT", "bytes_NxT"):
     np.testing.assert_array_equal(getattr(loaded, name), getattr(rows["fixed_m4_seed0"], name))
   # The signature recomputes exactly from the stored rows.
   assert loaded.signature(M, **RESAMPLING) == rows["fixed_m4_seed0"].signature(M, **RESAMPLING)
-  assert lm_phase_loss.loader(str(tmp_path))("absent") is None
+  assert loss_rows.loader(str(tmp_path))("absent") is None
   with pytest.raises(ValueError, match="0/1"):
-    lm_phase_loss.save(path, lm_phase_loss.Rows(np.zeros((1, 4)), np.full((1, 4), 0.5),
+    loss_rows.save(path, loss_rows.Rows(np.zeros((1, 4)), np.full((1, 4), 0.5),
                                                 np.ones((1, 4))))
 
 
 def test_stacking_seeds_gives_the_signature_of_all_rows(units):
   _, rows = units
-  both = lm_phase_loss.stack([rows["full_seed0"], rows["full_seed1"]])
+  both = loss_rows.stack([rows["full_seed0"], rows["full_seed1"]])
   assert both.loss_NxT.shape == (2 * N, T)
   np.testing.assert_array_equal(both.mask_NxT[N:], rows["full_seed1"].mask_NxT)
 
 
 def test_pooled_signature_finds_the_planted_period_and_not_in_the_control(units):
   records, rows = units
-  pooled = lm_tables.pooled_signatures(records, rows.get, **RESAMPLING)
+  pooled = loss_signatures.pooled_signatures(records, rows.get, **RESAMPLING)
   fixed, full = pooled["fixed_m4"], pooled["full"]
   assert fixed["control"] == "full" and full["versus_control"] is None
   # Planted +0.08 at phase 3: excess +0.06 there, -0.02 elsewhere (zero-mean over phases).
   np.testing.assert_allclose(fixed["signature"]["excess_by_phase"], [-0.02, -0.02, -0.02, 0.06],
                              atol=0.012)
   assert fixed["signature"]["p_value"] < 0.01
-  assert fixed["agreement"].verdict == seed_agreement.REPRODUCED
+  assert fixed["agreement"].verdict == seed_rule.REPRODUCED
   assert fixed["agreement"].count == "3/3"
-  assert full["agreement"].verdict == seed_agreement.NOT_REPRODUCED
+  assert full["agreement"].verdict == seed_rule.NOT_REPRODUCED
   # Paired against full attention on the same rows: amplitude difference near 0.08, above 0.
   diff = fixed["versus_control"]["amplitude"]
   assert diff["difference_low"] > 0 and diff["difference"] == pytest.approx(PLANTED, abs=0.03)
-  a = lm_phase_loss.stack([rows[f"fixed_m4_seed{s}"] for s in range(3)])
-  b = lm_phase_loss.stack([rows[f"full_seed{s}"] for s in range(3)])
+  a = loss_rows.stack([rows[f"fixed_m4_seed{s}"] for s in range(3)])
+  b = loss_rows.stack([rows[f"full_seed{s}"] for s in range(3)])
   assert diff == loss_phase.amplitude_difference(a.loss_NxT, b.loss_NxT, b.mask_NxT, M, seed=0,
                                                  num_resamples=200)
   # Bits per byte, paired: (sum of loss differences) / ln 2 / bytes, inside its interval.
@@ -115,14 +119,15 @@ def test_rows_of_other_held_out_sequences_are_not_paired(units):
   records, rows = units
   shifted = dict(rows)
   shifted["full_seed0"] = _rows(99, 0.0, noise_seed=1)  # another mask: other rows
-  pooled = lm_tables.pooled_signatures(records, shifted.get, **RESAMPLING)
+  pooled = loss_signatures.pooled_signatures(records, shifted.get, **RESAMPLING)
   assert pooled["fixed_m4"]["versus_control"] is None
 
 
 def test_tables_and_figure(units, tmp_path):
   records, rows = units
-  text = lm_tables.sections(records, rows.get, str(tmp_path / "plots"), str(tmp_path),
-                            **RESAMPLING)
+  text = loss_tables.sections(records, loss_signatures.code_accuracies(records),
+                            loss_signatures.pooled_signatures(records, rows.get, **RESAMPLING),
+                            str(tmp_path / "plots"), str(tmp_path))
   assert "## Loss by position mod 4 (language models, per unit)" in text
   assert "| fixed_m4_seed2 |" in text and "| full_seed0 |" in text
   fixed_row = next(line for line in text.splitlines() if line.startswith("| fixed_m4 |"))
@@ -133,4 +138,4 @@ def test_tables_and_figure(units, tmp_path):
   assert (tmp_path / "plots" / "lm_loss_by_phase.png").stat().st_size > 0
   # Without language-model records, nothing.
   plain = [dataclasses.replace(r, lm_phase_loss=None) for r in records]
-  assert lm_tables.sections(plain, rows.get, str(tmp_path), str(tmp_path)) == ""
+  assert loss_tables.sections(plain, {}, {}, str(tmp_path), str(tmp_path)) == ""

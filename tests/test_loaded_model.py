@@ -14,10 +14,11 @@ from chunkformer import data as data_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.convert import qwen3
-from chunkformer.convert import token_map as token_map_lib
 from chunkformer.data import kv
-from chunkformer.evaluation import loaded_model, needle_sweep, sweep
-from chunkformer.evaluation import trained as trained_lib
+from chunkformer.data import token_map as token_map_lib
+from chunkformer.evaluation.probes import loaded_model, needle_sweep
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.sweep import run as sweep
 from configs import from_pretrained
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant

@@ -15,8 +15,11 @@ import pytest
 from chunkformer import chunking, notebook
 from chunkformer.config import AttentionConfig, DataConfig
 from chunkformer.data import kv
-from chunkformer.evaluation import anatomy, kernel_check, layout_plots, records, stats, sweep_config
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import analysis as records
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.explainers import anatomy, kernel_check, layout_plots
 from configs.sweeps import demo, notebooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

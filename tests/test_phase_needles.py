@@ -8,9 +8,10 @@ import sys
 
 import numpy as np
 
-from chunkformer.evaluation import correctness, results_file, stats
-from chunkformer.evaluation.records import DepthAnalysis
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.records import correctness, results_file
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats.analysis import DepthAnalysis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFSETS = np.arange(48)

@@ -15,7 +15,7 @@ import pytest
 from chunkformer.attention.common import QKVProjection
 from chunkformer.config import ConfigError, ModelConfig
 from chunkformer.context import AttentionContext
-from chunkformer.evaluation.variant_record import VariantSetup
+from chunkformer.evaluation.records.variant import VariantSetup
 
 E, T, WIDTH = 16, 8, 3
 

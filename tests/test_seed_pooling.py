@@ -7,9 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation import correctness, seed_agreement, seed_pooling, stats, study_tables
-from chunkformer.evaluation.records import DepthAnalysis
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import pooling, summaries
+from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.report import claim_tables
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats import seed_rule
+from chunkformer.evaluation.stats.analysis import DepthAnalysis
 
 KW = dict(seed=0, num_resamples=50, num_permutations=50)
 OFFSETS = np.arange(100, 112)
@@ -49,7 +53,7 @@ def _runs_and_loader(num_seeds, *, offsets_of=None):
 
 def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
   runs, load = _runs_and_loader(3)
-  pooled = seed_pooling.pool(runs, load, **KW)
+  pooled = pooling.pool(runs, load, **KW)
   far = np.concatenate([load(r.name)["needle_far"].correct_YxJ for r in runs])
   near = np.concatenate([load(r.name)["needle_near"].correct_YxJ for r in runs])
   assert pooled.analysis == stats.analyze(far, OFFSETS, [4], **KW)
@@ -63,8 +67,8 @@ def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
   # Nothing of one seed alone stays in the pooled record; held-out metrics are the seeds' mean.
   assert pooled.depths is None and pooled.slot_gain is None
   assert pooled.heldout == {"loss": 1.0}
-  # The pooled rows are seed_agreement.pool_seeds of the seeds' matrices.
-  np.testing.assert_array_equal(seed_agreement.pool_seeds(
+  # The pooled rows are seed_rule.pool_seeds of the seeds' matrices.
+  np.testing.assert_array_equal(seed_rule.pool_seeds(
       [load(r.name)["needle_far"].correct_YxJ for r in runs]), far)
 
 
@@ -72,26 +76,26 @@ def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():
   runs, load = _runs_and_loader(3)
   single = [dataclasses.replace(runs[0], setup=dataclasses.replace(runs[0].setup,
                                                                     variant="alone"))]
-  out = seed_pooling.pooled_records(runs + single, load, **KW)
+  out = pooling.pooled_records(runs + single, load, **KW)
   assert out["alone"] is single[0]
   assert out["m4"].name == "m4 (3 seeds pooled)"
-  assert "m4" not in seed_pooling.pooled_records(runs, None, **KW)  # no matrices at all
-  assert seed_pooling.pool(runs, lambda name: None if name.endswith("2") else load(name),
+  assert "m4" not in pooling.pooled_records(runs, None, **KW)  # no matrices at all
+  assert pooling.pool(runs, lambda name: None if name.endswith("2") else load(name),
                            **KW) is None  # one seed without matrices
   shifted, load_shifted = _runs_and_loader(2, offsets_of=lambda k: OFFSETS + k)
-  assert seed_pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
+  assert pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
 
 
 def test_seed_table_shows_each_seed_the_t_interval_and_the_pooled_interval():
   runs, load = _runs_and_loader(3)
-  pooled = seed_pooling.pooled_records(runs, load, **KW)
-  text = "\n".join(study_tables.seed_table(runs, pooled))
+  pooled = pooling.pooled_records(runs, load, **KW)
+  text = "\n".join(claim_tables.seed_table(summaries.seed_rows(runs, pooled)))
   row = next(line for line in text.splitlines() if line.startswith("| m4 |"))
   cells = [c.strip() for c in row.strip("|").split("|")]
   far = [r.far_accuracy for r in runs]
   assert cells[1] == "3" and cells[2] == " / ".join(f"{x:.3f}" for x in far)
-  t = seed_agreement.seed_interval(far)
+  t = seed_rule.seed_interval(far)
   assert cells[3] == f"{t.mean:.3f} [{t.low:.3f}, {t.high:.3f}]"
   a = pooled["m4"].analysis.mean_accuracy
   assert cells[4] == f"{a.value:.3f} [{a.low:.3f}, {a.high:.3f}]"
-  assert study_tables.seed_table(runs[:1], None) == []  # one seed: no table
+  assert claim_tables.seed_table(summaries.seed_rows(runs[:1], None)) == []  # one seed: no table

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import shards
+from chunkformer.evaluation.sweep import shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,7 +19,7 @@ from chunkformer import config as config_lib
 from chunkformer import train_state as state_lib
 from chunkformer import trainer, warm_start
 from chunkformer.config import ConfigError, ModelConfig, TrainConfig
-from chunkformer.evaluation.variant_record import VariantSetup
+from chunkformer.evaluation.records.variant import VariantSetup
 from configs import smoke
 from tests.checkpoint_params import params_at
 

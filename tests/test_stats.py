@@ -9,9 +9,11 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import plots, report, stats
-from chunkformer.evaluation.records import DepthAnalysis, Interval
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.report import markdown as report
+from chunkformer.evaluation.report import plots
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats.analysis import DepthAnalysis, Interval
 
 Y, J = 32, 48
 OFFSETS_J = np.arange(200, 200 + J)

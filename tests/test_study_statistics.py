@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from chunkformer.config import ConfigError
-from chunkformer.evaluation import (
-    estimates,
-    loss_phase,
-    paired_gap,
-    seed_agreement,
-    slot_null,
-    split_labels,
+from chunkformer.evaluation.stats import (
+  estimates,
+  loss_phase,
+  paired_gap,
+  seed_rule,
+  slot_null,
+  split_labels,
 )
 
 # --- split labels -------------------------------------------------------------------------------
@@ -128,8 +128,8 @@ def test_paired_gap_difference_pools_seeds_and_refuses_unpaired_shapes():
   a, phases_a, b, phases_b = _two_variants()
   a2, _, b2, _ = _two_variants(seed=2)
   pooled = paired_gap.gap_difference(np.stack([a, a2]), phases_a, np.stack([b, b2]), phases_b)
-  rows_a = seed_agreement.pool_seeds(np.stack([a, a2]))
-  rows_b = seed_agreement.pool_seeds(np.stack([b, b2]))
+  rows_a = seed_rule.pool_seeds(np.stack([a, a2]))
+  rows_b = seed_rule.pool_seeds(np.stack([b, b2]))
   assert pooled.num_seeds == 2
   assert pooled.difference.mean == pytest.approx(
       estimates.phase_accuracy(rows_a, phases_a).gap.mean
@@ -167,14 +167,14 @@ def test_slot_gain_null_detects_a_planted_late_preference_against_init_and_permu
   record = slot_null.slot_gain_null(trained, init, num_permutations=500)
   shift = record["shift"]
   assert max(shift["p_values"]) <= 0.01 and shift["pooled_p_value"] <= 0.01
-  assert shift["agreement"]["verdict"] == seed_agreement.REPRODUCED
+  assert shift["agreement"]["verdict"] == seed_rule.REPRODUCED
   assert shift["agreement"]["seeds_agreeing"] == "3/3"
   assert shift["excess"]["low"] > 0
   assert record["deviation"]["excess"]["low"] > 0
   # The same weights at "initialisation": nothing learned, whatever the permutation test says.
   same = slot_null.slot_gain_null(trained, trained, num_permutations=100)
   assert same["shift"]["holds"] == [False] * 3
-  assert same["shift"]["agreement"]["verdict"] == seed_agreement.NOT_REPRODUCED
+  assert same["shift"]["agreement"]["verdict"] == seed_rule.NOT_REPRODUCED
   with pytest.raises(ConfigError, match="init"):
     slot_null.slot_gain_null(trained, init[:, :, :2])
 
@@ -199,7 +199,7 @@ def test_slot_gain_null_detects_a_planted_late_preference_against_init_and_permu
     ([True, True, True], None, 2, "INCONCLUSIVE", "3/3"),
 ])
 def test_seed_agreement_truth_table(holds, pooled, min_agree, verdict, count):
-  result = seed_agreement.seed_agreement(holds, pooled, min_agree=min_agree)
+  result = seed_rule.seed_agreement(holds, pooled, min_agree=min_agree)
   assert result.verdict == verdict
   assert result.count == count
   assert bool(result.reason) == (verdict == "INCONCLUSIVE")
@@ -208,11 +208,11 @@ def test_seed_agreement_truth_table(holds, pooled, min_agree, verdict, count):
 
 
 def test_seed_interval_is_student_t():
-  est = seed_agreement.seed_interval([1.0, 2.0, 3.0])
+  est = seed_rule.seed_interval([1.0, 2.0, 3.0])
   half = 4.302652729911275 / np.sqrt(3)  # t_{0.975, 2} * sd 1 / sqrt(3)
   assert est.mean == 2.0
   assert est.low == pytest.approx(2.0 - half) and est.high == pytest.approx(2.0 + half)
-  assert seed_agreement.seed_interval([0.5]) == (0.5, None, None)
+  assert seed_rule.seed_interval([0.5]) == (0.5, None, None)
 
 
 # --- loss by position mod M ---------------------------------------------------------------------

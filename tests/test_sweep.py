@@ -14,28 +14,21 @@ import pytest
 
 from chunkformer import config as config_lib
 from chunkformer import data as data_lib
-from chunkformer import evaluate, trainer
+from chunkformer import heldout, trainer
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
-from chunkformer.evaluation import (
-  boundaries,
-  correctness,
-  needle_sweep,
-  prefix_probe,
-  results_file,
-  shards,
-  slot_gain,
-  stats,
-  study_fields,
-  sweep,
-  sweep_config,
-  variant_eval,
-  verdicts,
-)
-from chunkformer.evaluation import trained as trained_lib
-from chunkformer.evaluation.records import Interval
-from chunkformer.evaluation.variant_record import VariantRecord, VariantSetup
+from chunkformer.evaluation.claims import judgments
+from chunkformer.evaluation.probes import end_flags, needle_sweep, prefix_probe, slot_gain
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.records import correctness, results_file
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
+from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.evaluation.stats import slot_null
+from chunkformer.evaluation.stats.analysis import Interval
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.evaluation.sweep import shards, unit
 from configs import smoke
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -402,7 +395,7 @@ def _record(name, attention="fixed", m=4, p=0.001, period=4, gap=0.5, far=0.6, *
 
 
 def test_verdicts_follow_the_numbers():
-  lines = verdicts.decide([
+  lines = judgments.decide([
       _record("full", attention="full", m=None, p=0.6, period=None, gap=0.02, far=0.99),
       _record("m2", m=2, period=2, gap=(0.2, 0.1, 0.3)),
       _record("m4", gap=(0.5, 0.4, 0.6)),
@@ -422,7 +415,7 @@ def test_verdicts_follow_the_numbers():
   assert not said("NOT TESTED")
   assert said("REPRODUCED: gap(M=2) < gap(M=4)")
   # Overlapping gap intervals: the order alone is not a finding.
-  overlap = verdicts.decide([_record("m2", m=2, period=2, gap=(0.2, 0.1, 0.45)),
+  overlap = judgments.decide([_record("m2", m=2, period=2, gap=(0.2, 0.1, 0.45)),
                              _record("m4", gap=(0.5, 0.4, 0.6))])
   assert any(line.startswith("INCONCLUSIVE (the predicted order, intervals overlap): gap(M=2)")
              for line in overlap)
@@ -431,7 +424,7 @@ def test_verdicts_follow_the_numbers():
 
 
 def test_cure_verdict_against_an_unlearned_baseline_is_inconclusive():
-  lines = verdicts.decide([
+  lines = judgments.decide([
       _record("m4", far=0.1, gap=0.1),
       _record("dyn", attention="dynamic", p=0.5, period=None, gap=0.02, far=0.15),
   ])
@@ -455,7 +448,7 @@ def test_slot_bias_preference_is_its_weight_centre_of_mass():
   weights = slot_gain.bias_weights(ape, overlap=False)
   np.testing.assert_allclose(weights.sum(axis=1), 1.0)
   np.testing.assert_allclose(weights[1], 0.25)
-  phases = slot_gain.preferred_phase(weights)
+  phases = slot_null.preferred_phase(weights)
   assert phases[0] > 2.9 and phases[1] == pytest.approx(1.5)
   # Overlap: the first channel half pools chunk i-1 (slots 0..3), the second chunk i (4..7).
   ape = np.zeros((4, 1, 4))
@@ -467,7 +460,7 @@ def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots(
   trained = _untrained(**{"model.attention.kind": "fixed", "model.attention.window": 4,
                           "model.attention.chunk_size": 4})
   rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
-  out = variant_eval._predictor(trained, 8)(rows)
+  out = unit._predictor(trained, 8)(rows)
   sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
   sites = slot_gain.analyze(trained.params, trained.config.model, sums)["sites"]
   assert [s["layer"] for s in sites] == [0, 1]
@@ -476,7 +469,7 @@ def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots(
     np.testing.assert_allclose(np.sum(site["realised_weight"], axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(site["bias_weight"], 0.25)  # zero-initialised slot bias
   # C6's null reads the parameters the trainer starts from (same config and seed).
-  jax.tree.map(np.testing.assert_array_equal, study_fields.init_params(trained), trained.params)
+  jax.tree.map(np.testing.assert_array_equal, slot_gain.init_params(trained), trained.params)
 
 
 def test_dynamic_phases_use_the_boundaries_the_model_used():
@@ -485,7 +478,7 @@ def test_dynamic_phases_use_the_boundaries_the_model_used():
   model = trained.config.model
 
   def extract(collections, rows):
-    ends = boundaries.end_flags(model, collections["intermediates"])
+    ends = end_flags.end_flags(model, collections["intermediates"])
     (sown,) = jax.tree.leaves(collections["aux_metrics"])  # the model's own mean chunk length
     return {"ends": ends, "sown": jnp.broadcast_to(sown, ends.shape[:1])}
 
@@ -525,7 +518,7 @@ def test_eval_on_a_sweep_directory_names_the_commands_it_wants(tmp_path):
   command = "python eval.py --config configs/sweeps/demo.py --workdir runs/demo"
   (tmp_path / "results.json").write_text(json.dumps({"command": command}))
   with pytest.raises(ConfigError) as raised:
-    evaluate.evaluate_checkpoint(str(tmp_path))
+    heldout.evaluate_checkpoint(str(tmp_path))
   message = str(raised.value)
   assert "holds a sweep (runs smoke), not one run" in message and "\n" not in message
   assert f"python eval.py --workdir {variant_dir}" in message
@@ -539,9 +532,9 @@ def test_fixed_multi_token_record_carries_split_labels_and_init_slot_gains(tmp_p
                "data.num_pairs": 2, "data.num_queries": 1, "data.seq_len": 64}
   sweep = sweep_config.resolve(_sweep({"fx": variant("configs/smoke.py", overrides)},
                                       prefix_prompts=0), str(tmp_path))
-  (unit,) = sweep.variants
+  (fx,) = sweep.variants
   model = _untrained(**overrides)
-  record = variant_eval.evaluate(model, unit, sweep, str(tmp_path))
+  record = unit.evaluate(model, fx, sweep, str(tmp_path))
   labels = record.split_labels
   assert labels["kind_by_phase"] == {"0": "none", "1": "value_cut", "2": "total", "3": "key_cut"}
   assert sum(v["trials"] for v in labels["by_label"].values()) == 3 * 12  # haystacks x offsets

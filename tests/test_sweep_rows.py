@@ -9,7 +9,7 @@ import pytest
 
 from chunkformer.config import DataConfig
 from chunkformer.data import kv
-from chunkformer.evaluation import needle_sweep
+from chunkformer.evaluation.probes import needle_sweep
 
 KV = DataConfig(seq_len=96, num_pairs=6, key_len=2, value_len=2, num_queries=3,
                 num_symbols=16, near_distance=30)

@@ -18,7 +18,7 @@ import jax
 import orbax.checkpoint as ocp
 import pytest
 
-from chunkformer import checkpointing, evaluate, trainer
+from chunkformer import checkpointing, heldout, trainer
 from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer import workdir as workdir_lib
@@ -104,13 +104,13 @@ def test_unrestorable_latest_checkpoint_is_reported_and_the_previous_one_restore
 
 def test_evaluate_checkpoint_reproduces_final_metrics(uninterrupted, tmp_path):
   _, workdir, reference = uninterrupted
-  result = evaluate.evaluate_checkpoint(workdir)
+  result = heldout.evaluate_checkpoint(workdir)
   assert result["step"] == 3 and result["finished"]
   assert result["heldout"] == reference["heldout"]
   with open(os.path.join(workdir, workdir_lib.FINAL_METRICS_FILE)) as f:
     assert json.load(f) == reference
   with pytest.raises(ConfigError, match=str(tmp_path)):
-    evaluate.evaluate_checkpoint(str(tmp_path))
+    heldout.evaluate_checkpoint(str(tmp_path))
 
 
 def test_only_one_event_file_and_the_config_are_written(uninterrupted):

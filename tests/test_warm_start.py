@@ -22,7 +22,7 @@ from chunkformer import trainer, warm_start
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.convert import qwen3
-from chunkformer.evaluation import trained as trained_lib
+from chunkformer.evaluation.probes import trained as trained_lib
 from configs import from_pretrained
 from tests.checkpoint_params import params_at
 from tests.hf_qwen3 import save_tiny_qwen3

@@ -48,9 +48,10 @@ from chunkformer.config import (
   ModelConfig,
   TrainConfig,
 )
-from chunkformer.convert import hf_files, token_map
+from chunkformer.convert import hf_files
 from chunkformer.convert.hf_files import CheckpointError
-from chunkformer.convert.token_map import RECORD_FILE, read_record
+from chunkformer.data import token_map
+from chunkformer.data.token_map import RECORD_FILE, read_record
 
 MODEL_TYPE = "qwen3"
 _UNSUPPORTED_PRESENT = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",

@@ -1,41 +1,17 @@
-"""Evaluation of periodicity sweeps: statistics, figures and the markdown report.
+"""Evaluation of periodicity sweeps, in layers that import only downwards.
 
-- ``stats``: bootstrap intervals, per-phase accuracy, periodic share, spectrum, permutation
-  tests, period detection and ``analyze`` (a typed ``records.Analysis``).
-- ``records``, ``variant_record``, ``claims``, ``results_file``: the typed sweep records
-  (frozen dataclasses with their results.json form, ``to_json``/``from_json``).
-- ``plots``: PNG figures (matplotlib, Agg canvas; imported on demand, not here).
-- ``report``: the comparison table (console and markdown) and the report file.
+  stats/    numpy/scipy statistics on arrays (intervals, phase accuracy, period tests, the
+            typed ``Analysis``, the seed rule and its verdict words); no JAX, no files
+  records/  the typed records a sweep stores (variant records, claims, results.json, the
+            correctness matrices and loss rows on disk, the one number format)
+  probes/   a trained or loaded model in, correctness matrices and typed record fields out;
+            ``PROBES`` names every probe a sweep config can enable
+  claims/   judging: per-model judgments, the seed rule over seeds, seed-pooled records,
+            ``CLAIMS`` (C1-C9, one function each) and ``judge`` (claims, verdict lines and the
+            statistics the report's tables show)
+  report/   rendering only: markdown and figures of what ``claims.judge`` and the records hold
+  sweep/    the sweep config, train / evaluate / resume / merge / rejudge, shards, the files
+
+``tests/test_imports.py`` enforces the order stats <- records <- probes, claims <- report <-
+sweep (probes and claims never import each other).
 """
-
-from chunkformer.evaluation.report import comparison_table, render_report, write_report
-from chunkformer.evaluation.stats import (
-    analyze,
-    bootstrap_mean_accuracy,
-    bootstrap_offset_accuracy,
-    detect_period,
-    offset_gap,
-    period_scan,
-    periodic_share,
-    phase_accuracy,
-    phase_permutation_test,
-    phases_of_offsets,
-    spectrum,
-)
-
-__all__ = [
-    "analyze",
-    "bootstrap_mean_accuracy",
-    "bootstrap_offset_accuracy",
-    "comparison_table",
-    "detect_period",
-    "offset_gap",
-    "period_scan",
-    "periodic_share",
-    "phase_accuracy",
-    "phase_permutation_test",
-    "phases_of_offsets",
-    "render_report",
-    "spectrum",
-    "write_report",
-]

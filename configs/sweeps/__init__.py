@@ -1,7 +1,7 @@
 """Building blocks of sweep configs (``python eval.py --config configs/sweeps/<name>.py``).
 
 A sweep config is a ConfigDict with ``sweep`` (settings: every field of
-``chunkformer.evaluation.sweep_config.SweepSettings``, so each can be overridden from the
+``chunkformer.evaluation.sweep.config.SweepSettings``, so each can be overridden from the
 command line), ``overrides`` (applied to every variant) and ``variants`` (name -> train config
 file plus overrides). Overrides are written with dotted keys here and stored nested, because
 ConfigDict field names cannot hold dots.
@@ -15,7 +15,7 @@ from typing import Any
 
 import ml_collections
 
-from chunkformer.evaluation.sweep_config import SEED_SEPARATOR, SweepSettings
+from chunkformer.evaluation.sweep.config import SEED_SEPARATOR, SweepSettings
 
 
 def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ needle exact in the probe; also not with key shift 2 + partial rotary 0.25), so 
 of C7 needs a larger budget (``--config.overrides.train.steps=...``, the same for every unit)
 or an accelerator; the loss by position mod 4 and bits per byte are measured at any budget.
 
-Evaluation of each unit (``chunkformer/evaluation/variant_eval.py``):
+Evaluation of each unit (``chunkformer/evaluation/sweep/unit.py``):
 - the '=' prefix probe: 64 held-out prompts x N = 0..12 leading '=' bytes; needle accuracy (all 4
   answer bytes right) and byte accuracy on the code, by N, by N mod 4 and by each needle's own
   phase (``prefix_probe.needle_phases``: the answer's and the planted value's position mod 4);

@@ -42,18 +42,11 @@ from IPython.display import Image, Markdown, display
 
 from chunkformer import chunking, notebook, trainer
 from chunkformer.config import AttentionConfig, DataConfig
-from chunkformer.evaluation import (
-  anatomy,
-  attention_plots,
-  attention_probe,
-  layout_plots,
-  needle_sweep,
-  plots,
-  slot_gain,
-  sweep_config,
-  trained,
-)
-from chunkformer.evaluation.sweep import is_finished
+from chunkformer.evaluation.probes import attention_weights, needle_sweep, slot_gain, trained
+from chunkformer.evaluation.report import plots
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep.run import is_finished
+from chunkformer.explainers import anatomy, attention_plots, layout_plots
 from configs.sweeps import notebooks
 
 FAST = notebook.setup()  # CHUNKFORMER_FAST=1: toy sizes (CI)
@@ -174,8 +167,8 @@ coloured."""),
     panels.append(dict(
         label=f"{what}: needle at offset {rows.offsets_J[n % k]}, phase {probe.phase_N[n]} "
               f"({verdict})",
-        weights=weights[n], ticks=attention_probe.entry_spans(token_entry[n, :, 0],
-                                                              weights.shape[1]),
+        weights=weights[n], ticks=attention_weights.entry_spans(token_entry[n, :, 0],
+                                                                weights.shape[1]),
         highlight={"needle key": reading["key_entry_index"][n],
                    "needle value": reading["value_entry_index"][n]}))
   if not cut.size:

@@ -38,7 +38,7 @@ from IPython.display import Image, Markdown, display
 import kernels
 from chunkformer import chunking, notebook
 from chunkformer.config import DataConfig
-from chunkformer.evaluation import kernel_check, layout_plots
+from chunkformer.explainers import kernel_check, layout_plots
 
 FAST = notebook.setup()  # CHUNKFORMER_FAST=1 (CI): the same cells, nothing here is large
 PLOTS = notebook.workdir("kernels_tour")  # runs/kernels_tour (fast mode: a temporary one)

@@ -31,7 +31,11 @@ notebook needs. Both variants share the model and the task; only the attention d
 from IPython.display import Image, Markdown, display
 
 from chunkformer import notebook, trainer
-from chunkformer.evaluation import plots, report, sweep_config, trained, variant_eval, verdicts
+from chunkformer.evaluation.claims import judgments
+from chunkformer.evaluation.probes import trained
+from chunkformer.evaluation.report import markdown, plots
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import unit
 from configs.sweeps import notebooks
 
 FAST = notebook.setup()  # CHUNKFORMER_FAST=1: toy sizes (CI)
@@ -65,12 +69,12 @@ one of the cures)."""),
 In each sampled haystack every token stays where it is except one needle, which moves through
 `K` consecutive offsets far from its question (window starts are multiples of 4, so offset
 index `k` has phase `k mod 4`). A needle counts as retrieved when its whole value is predicted.
-`variant_eval.evaluate` runs the sweep and the statistics of `chunkformer/evaluation/stats.py`:
+`unit.evaluate` runs the sweep and the statistics of `chunkformer/evaluation/stats/`:
 bootstrap intervals, the permutation test of the phase effect and the detected period."""),
     ("code", """spec = sweep.needle_spec()
 print(f"K = {spec.num_offsets} offsets x S = {spec.num_haystacks} haystacks per variant")
 PLOTS = os.path.join(sweep.workdir, "notebook_plots", "quickstart")
-records = [variant_eval.evaluate(trained.load(variant.workdir), variant, sweep, PLOTS)
+records = [unit.evaluate(trained.load(variant.workdir), variant, sweep, PLOTS)
            for variant in sweep.variants]
 figure = plots.plot_variant_comparison(
     os.path.join(PLOTS, "accuracy_vs_offset.png"), {r.name: r.analysis for r in records},
@@ -89,8 +93,8 @@ Phase = offset mod 4. Intervals are 95% bootstrap intervals over haystacks; `p` 
 permutation test of "accuracy does not depend on the phase", `period` the smallest
 significant period of the accuracy curve (family-wise over all candidate periods)."""),
     ("code", """display(Markdown(notebook.phase_table(records)))
-display(Markdown(report.comparison_table(records)))
-for line in verdicts.decide(records):
+display(Markdown(markdown.comparison_table(records)))
+for line in judgments.decide(records):
   if not line.startswith("INCONCLUSIVE (no data)"):  # claims needing variants it skips
     print("-", line)"""),
     ("markdown", """## Next

@@ -1,0 +1,364 @@
+"""Each claim judged per trained model: the verdict lines and their ``Judgment``s.
+
+Judged here (docs/design.md section 1, docs/claims.md), each only where the sweep has the
+variants; the seed rule over a variant's seeds is ``combine``'s:
+- C1 (C7 for a code model's prefix probe): fixed chunks of step M show accuracy period exactly
+  M: detected period = M and p < 0.01;
+- C2: full attention shows no period: p > 0.05 (at the reference M) and no detected period,
+  with far accuracy >= 95%;
+- C3 / C4: removing RoPE, or replacing the learned gate by a plain average, keeps the period
+  (p < 0.01 at M);
+- C5: a smaller step hurts less: gap(M = 2) < gap(M = 4) (where the stored matrices allow,
+  the paired test of ``tested`` decides instead);
+- C8 / C9 (cures: dynamic chunking; a key shift; staggered or random phases and overlap are
+  reported without a claim): their gap and far accuracy against the plain fixed model at the
+  same budget (M = the cure's chunk size or target) and the same needle lengths; a cure counts
+  as still periodic if p < 0.01 at the far depth or with all depths pooled. Against a baseline
+  below 50% far accuracy (the task not learned) the comparison is reported as inconclusive.
+A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
+phase, no key shift. The accuracy gates (95% for full attention, 50% for "the task was learned")
+read the held-out far accuracy of the training run where recorded (``gate_accuracy``).
+Verdict lines start with REPRODUCED, NOT REPRODUCED, INCONCLUSIVE (a full
+model without a period but below the accuracy gate; "INCONCLUSIVE (no data)" for a claim the
+sweep has no variant for) or CURE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from chunkformer.evaluation.claims import combine, pooling
+from chunkformer.evaluation.records.formatting import interval, number, p_value
+from chunkformer.evaluation.records.variant import VariantRecord
+
+Record = VariantRecord
+PERIOD_ALPHA = 0.01
+NULL_ALPHA = 0.05
+FULL_ACCURACY = 0.95
+LEARNED_ACCURACY = 0.5  # far accuracy below this: the model did not learn the task
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgment:
+  """One verdict line and what it says about one claim (``claims``) for one trained model.
+
+  ``holds`` is True or False when the line decides the claim for its model, None when the
+  evidence is inconclusive (the task not learned, no baseline); ``records`` are the models
+  the line rests on (the first gives the seed).
+  """
+
+  line: str
+  claim: str | None  # "C1".."C9"; None for a line that no claim counts (e.g. a stagger cure)
+  holds: bool | None
+  records: tuple[Record, ...]
+  numbers: dict[str, Any]
+  reason: str = ""
+
+
+def _far(r: Record) -> float | None:
+  """The far-needle accuracy of a record (the primary probe's mean accuracy)."""
+  return r.far_accuracy
+
+
+def _lengths(r: Record) -> tuple[int, int]:
+  return r.setup.key_len, r.setup.value_len
+
+
+def needle_block(r: Record) -> tuple[int, int, int]:
+  """(key tokens, value tokens, training steps): the models a comparison pairs. A study trains
+  each needle length at its own budget and may train one again longer (the study: C5 on 2-token
+  needles at 3000 and 4000 steps); models of different budgets are not paired."""
+  return r.setup.key_len, r.setup.value_len, r.trained_steps
+
+
+def is_code_model(r: Record) -> bool:
+  """A language model scored by the '=' prefix probe (synthetic code task, or a corpus LM
+  with planted code needles): its period claim is C7, not C1."""
+  return r.setup.task != "kv" and r.primary_probe == "prefix"
+
+
+def _needle(r: Record) -> str:
+  if is_code_model(r):
+    return "code needles, prefix probe"
+  key, value = _lengths(r)
+  return f"key {key}/value {value} token{'s' if max(key, value) > 1 else ''}"
+
+
+def is_plain_fixed(r: Record) -> bool:
+  return r.setup.is_plain_fixed
+
+
+def _is_ablation(r: Record) -> bool:
+  """Fixed, no cure switched on, but RoPE off or a different pooling."""
+  s = r.setup
+  return (s.attention == "fixed" and not s.overlap and not s.stagger and not s.random_phase
+          and not s.key_shift and not is_plain_fixed(r))
+
+
+def is_cure(r: Record) -> bool:
+  s = r.setup
+  return s.attention == "dynamic" or (s.attention == "fixed" and (
+      s.overlap or s.stagger or s.random_phase or s.key_shift))
+
+
+def _period(value: int | None) -> str:
+  return str(value) if value is not None else "none"
+
+
+def _core_numbers(r: Record) -> dict[str, Any]:
+  a = r.analysis
+  return {"variant": r.name, "seed": r.setup.seed, "chunk_size": a.chunk_size,
+          "detected_period": a.detected_period, "p_value": a.p_value, "max_gap": a.max_gap,
+          "max_gap_low": a.phase.gap.low, "max_gap_high": a.phase.gap.high,
+          "far_accuracy": _far(r), "gate_accuracy": gate_accuracy(r)[0]}
+
+
+def gate_accuracy(r: Record) -> tuple[float | None, str]:
+  """The accuracy the gates read, and its name: the training run's held-out far accuracy
+  (rows as in training) where recorded for a kv model, else the sweep's far
+  accuracy (its probe rows differ from training rows only in the moved needle)."""
+  if is_code_model(r):
+    return _far(r), "prefix-probe needle accuracy"
+  held = r.heldout_far_accuracy if r.setup.task == "kv" else None
+  if held is not None:
+    return held, "held-out far accuracy"
+  return _far(r), "far accuracy"
+
+
+def _learned(r: Record) -> bool:
+  gate, _ = gate_accuracy(r)
+  return gate is not None and gate >= LEARNED_ACCURACY
+
+
+def _period_claim(r: Record) -> Judgment:
+  a = r.analysis
+  m, period, p = r.chunk_size, a.detected_period, a.p_value
+  ok = period == m and p is not None and p < PERIOD_ALPHA
+  head = "REPRODUCED" if ok else "NOT REPRODUCED"
+  gate, gate_name = gate_accuracy(r)
+  caution = ("" if gate is None or gate >= LEARNED_ACCURACY else
+             f"; caution: {gate_name} {number(gate)} < {LEARNED_ACCURACY}, the task is barely "
+             "learned")
+  line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
+          f"{_period(period)}, p = {p_value(p)} at M (need period {m} and "
+          f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, weakest phase "
+          f"{a.phase.weakest_phase}{caution}")
+  holds = ok if ok or _learned(r) else None
+  claim = "C7" if is_code_model(r) else "C1"  # code: the '=' prefix probe (primary)
+  return Judgment(line, claim, holds, (r,), _core_numbers(r),
+                  "" if holds is not None else "the task was not learned")
+
+
+def _full_claim(r: Record) -> Judgment:
+  a = r.analysis
+  p, period, far = a.p_value, a.detected_period, _far(r)
+  gate, gate_name = gate_accuracy(r)
+  ok = (p is not None and p > NULL_ALPHA and period is None and gate is not None
+        and gate >= FULL_ACCURACY)
+  periodic = p is None or p <= NULL_ALPHA or period is not None
+  holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
+  head = "REPRODUCED" if ok else ("INCONCLUSIVE" if holds is None else "NOT REPRODUCED")
+  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {p_value(p)} at "
+          f"M={a.chunk_size}, "
+          f"detected period {_period(period)}, far accuracy {number(far)}"
+          + (f", {gate_name} {number(gate)}" if gate_name != "far accuracy" else "")
+          + f" (need p > {NULL_ALPHA}, no period, {gate_name} >= {FULL_ACCURACY})")
+  reason = "" if holds is not None else (
+      f"no period, but {gate_name} {number(gate)} is below the {FULL_ACCURACY} gate")
+  return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
+
+
+def _ablation_claim(r: Record) -> Judgment:
+  what = []
+  if not r.setup.rope:
+    what.append("RoPE off")
+  if r.setup.pooling != "gated":
+    what.append(f"pooling {r.setup.pooling}")
+  a = r.analysis
+  p, period, m = a.p_value, a.detected_period, r.chunk_size
+  ok = p is not None and p < PERIOD_ALPHA
+  head = "REPRODUCED" if ok else "NOT REPRODUCED"
+  line = (f"{head}: still periodic with {', '.join(what)} ({r.name}, M={m}, {_needle(r)}): "
+          f"p = {p_value(p)} at M, detected period {_period(period)}, "
+          f"max gap {number(a.max_gap)} (need p < {PERIOD_ALPHA})")
+  holds = ok if ok or _learned(r) else None
+  return Judgment(line, "C3" if not r.setup.rope else "C4", holds, (r,), _core_numbers(r),
+                  "" if holds is not None else "the task was not learned")
+
+
+def _gap_claims(plain: Sequence[Record]) -> list[Judgment]:
+  out = []
+  by_group: dict[tuple[int, int, int, int], dict[int, Record]] = {}
+  for r in plain:
+    if r.setup.task == "kv":  # C5 asks about needle retrieval
+      by_group.setdefault((*needle_block(r), r.setup.seed), {}).setdefault(r.chunk_size, r)
+  for _, by_m in sorted(by_group.items()):
+    if 2 in by_m and 4 in by_m:
+      a, b = by_m[2], by_m[4]
+      ga, gb = a.analysis.phase.gap, b.analysis.phase.gap
+      ok = ga.value is not None and gb.value is not None and ga.value < gb.value
+      separated = ok and ga.high is not None and gb.low is not None and ga.high < gb.low
+      reverse = (not ok and None not in (ga.low, gb.high) and gb.high < ga.low)
+      significant = separated or reverse
+      # The word follows the intervals, as the claim's does: a point difference inside
+      # overlapping intervals is not a finding either way.
+      word = ("REPRODUCED" if separated else "NOT REPRODUCED" if reverse else
+              f"INCONCLUSIVE ({'the predicted' if ok else 'the opposite'} order, intervals "
+              "overlap)")
+      line = (f"{word}: gap(M=2) < gap(M=4) "
+              f"({_needle(a)}): {interval(ga.value, ga.low, ga.high)} "
+              f"({a.name}) vs "
+              f"{interval(gb.value, gb.low, gb.high)} ({b.name})"
+              f"{'; intervals separate' if significant else ''}")
+      numbers = {"m2": _core_numbers(a), "m4": _core_numbers(b),
+                 "intervals_separate": bool(significant)}
+      reason = ("gap intervals separate" if significant else
+                "gap intervals overlap: the difference is not significant")
+      out.append(Judgment(line, "C5", ok, (a, b), numbers, reason))
+  return out
+
+
+def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
+  """The plain fixed model at the cure's M with its needles: of the same training budget and
+  seed where there is one, then the same budget, then the same seed."""
+  same = [b for b in plain if b.chunk_size == r.chunk_size and _lengths(b) == _lengths(r)
+          and b.setup.task == r.setup.task]
+  # min keeps the first of equals, so without a match the first plain model stands, as before
+  return min(same, default=None, key=lambda b: (needle_block(b) != needle_block(r),
+                                                b.setup.seed != r.setup.seed))
+
+
+def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
+  m = r.chunk_size
+  base = _baseline(r, plain)
+  a = r.analysis
+  gap, far, p = a.max_gap, _far(r), a.p_value
+  pooled = None if r.all_depths is None else r.all_depths.p_value
+  ratio = r.compression_ratio
+  text = (f"{r.name} ({r.setup.chunking}, M/target {m}, achieved ratio "
+          f"{number(ratio, '.2f')}, {_needle(r)}): gap {number(gap)}, far accuracy "
+          f"{number(far)}, p = {p_value(p)}"
+          + ("" if pooled is None else f" (all depths pooled: p = {p_value(pooled)})"))
+  claim = ("C9" if r.setup.key_shift else "C8" if r.setup.attention == "dynamic" else None)
+  numbers = dict(_core_numbers(r), compression_ratio=ratio, all_depths_p_value=pooled)
+  if r.chunk_phase is not None:  # the weak spot relative to the actual chunk (content position)
+    numbers.update(chunk_phase_gap=r.chunk_phase.gap.value,
+                   chunk_phase_p_value=r.chunk_phase.p_value,
+                   chunk_phase_weakest=r.chunk_phase.weakest_phase)
+  if base is None:
+    return Judgment(f"CURE (no baseline): {text}; no plain fixed M={m} variant with these "
+                    "needles", claim, None, (r,), numbers,
+                    f"no plain fixed M={m} baseline with these needles")
+  numbers["baseline"] = _core_numbers(base)
+  b_gap, b_far = base.analysis.max_gap, _far(base)
+  b_gate, b_gate_name = gate_accuracy(base)
+  holds = None
+  if None in (gap, far, b_gap, b_far, b_gate):
+    verdict = "incomplete numbers"
+  elif b_gate < LEARNED_ACCURACY:
+    verdict = (f"inconclusive: the baseline's {b_gate_name} is below {LEARNED_ACCURACY} (the task "
+               "was not learned), so its gap says nothing about a blind spot")
+  else:
+    smaller, better = gap < b_gap, far >= b_far
+    periodic = any(x is not None and x < PERIOD_ALPHA for x in (p, pooled))
+    holds = smaller and not periodic
+    if smaller and better and not periodic:
+      verdict = "removes the periodic blind spot at no accuracy cost"
+    elif smaller and not periodic:
+      verdict = "removes the periodic blind spot but loses far accuracy"
+    elif smaller:
+      verdict = "reduces the gap, still periodic"
+    else:
+      verdict = "does not reduce the gap"
+  line = (f"CURE: {text} vs {base.name} gap {number(b_gap)}, far accuracy {number(b_far)}: "
+          f"{verdict}")
+  reason = verdict
+  if r.chunk_phase is not None:
+    c = r.chunk_phase
+    reason += (f" (in absolute position; by phase inside its own chunk: gap {number(c.gap.value)}, "
+               f"weakest phase {c.weakest_phase}, p = {p_value(c.p_value)})")
+  return Judgment(line, claim, holds, (r, base), numbers, reason)
+
+
+def _untested(claim: str, line: str, reason: str) -> Judgment:
+  return Judgment(f"INCONCLUSIVE (no data): {line}", claim, None, (), {}, reason)
+
+
+def judge(records: Sequence[Record]) -> list[Judgment]:
+  """Every judgment the sweep's variants allow, in verdict-line order; a claim they cannot
+  test gets one judgment without records (its line starts with "INCONCLUSIVE (no data)")."""
+  plain = [r for r in records if is_plain_fixed(r)]
+  out = [_period_claim(r) for r in plain]
+  if not plain:
+    out.append(_untested("C1", "period = M (no plain fixed variant)",
+                         "no plain fixed variant in the sweep"))
+  full = [r for r in records if r.setup.attention == "full"]
+  out += [_full_claim(r) for r in full]
+  if not full:
+    out.append(_untested("C2", "full attention has no period (no full-attention variant)",
+                         "no full-attention variant in the sweep"))
+  ablations = [r for r in records if _is_ablation(r)]
+  out += [_ablation_claim(r) for r in ablations]
+  if not any(not r.setup.rope for r in ablations):
+    out.append(_untested("C3", "still periodic with RoPE off (no such variant)",
+                         "no fixed variant with RoPE off in the sweep"))
+  if not any(r.setup.pooling == "mean" for r in ablations):
+    out.append(_untested("C4", "still periodic with uniform pooling (no such variant)",
+                         "no fixed variant with uniform (mean) pooling in the sweep"))
+  gaps = _gap_claims(plain)
+  out += gaps or [_untested("C5", "gap(M=2) < gap(M=4) (needs plain fixed M=2 and M=4)",
+                            "needs plain fixed M=2 and M=4 with the same needles and seed")]
+  cures = [r for r in records if is_cure(r)]
+  out += [_cure_claim(r, plain) for r in cures]
+  if not cures:
+    out.append(_untested("C8", "cures (no dynamic, staggered, random-phase, overlap or "
+                         "key-shift compressed variant)", "no dynamic-chunking variant"))
+  return out
+
+
+def decide(records: Sequence[Record], pooled: Mapping[str, Record] | None = None) -> list[str]:
+  """Verdict lines for the claims the sweep's variants can test (module docstring), then
+  those of the seed-pooled records of variants with several seeds (``pooling``)."""
+  lines = [j.line for j in judge(records)]
+  if pooled:
+    lines += [j.line for j in judge(list(pooled.values()))
+              if j.records and pooling.POOLED_SUFFIX in j.records[0].name]
+  return lines
+
+
+def slot_gain_claim(records: Sequence[Record]) -> combine.Claim:
+  """C6 is measured but has no test yet: INCONCLUSIVE, with the numbers a null would judge."""
+  numbers = {}
+  for r in records:
+    spreads = [s.preferred_phase_spread for s in r.slot_gain or ()
+               if s.preferred_phase_spread is not None]
+    if spreads:
+      numbers[r.name] = {"seed": r.setup.seed, "max_preferred_phase_spread": max(spreads),
+                         "sites": len(r.slot_gain)}
+  if numbers:
+    largest = max(n["max_preferred_phase_spread"] for n in numbers.values())
+    reason = (f"slot gains measured for {len(numbers)} variants (largest spread of the heads' "
+              f"preferred phase {largest:.2f} slots) but not judged against a null (the same "
+              "statistic at initialisation and under permutation of slots)")
+  else:
+    reason = "no realised slot gains in the sweep (sweep.slot_gain_rows = 0 or no fixed layer)"
+  seeds = {n["seed"] for n in numbers.values()}
+  return combine.Claim("C6", combine.STATEMENTS["C6"], combine.INCONCLUSIVE, reason,
+                          numbers, f"0/{len(seeds)}")
+
+
+def claims(records: Sequence[Record], *, pooled: Mapping[str, Record] | None = None,
+           extra: dict[str, combine.Claim] | None = None) -> list[combine.Claim]:
+  """One ``Claim`` per claim C1-C9 from the judgments (``combine`` module docstring).
+
+  ``pooled`` are the variants' seed-pooled records (``pooling.pooled_records``; without
+  them a variant with several seeds has no pooled test), ``extra`` claims decided by other
+  tests (replacing the judgment-based claim with the same id); without one, C6 is
+  INCONCLUSIVE with its numbers.
+  """
+  extra = dict(extra or {})
+  extra.setdefault("C6", slot_gain_claim(records))
+  pooled_judgments = judge(list(pooled.values())) if pooled else None
+  return combine.build(judge(records), pooled=pooled_judgments, extra=extra)

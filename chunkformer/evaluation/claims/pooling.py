@@ -1,0 +1,119 @@
+"""Seed-pooled records: a variant's seeds judged as one model, the pooled half of the seed rule.
+
+The seed rule for a claim over training seeds (``stats.seed_rule``): it holds when it holds in
+at least 2 of the seeds AND the seed-pooled test agrees. The pooled test of a variant is the
+same test as for one seed, on the haystack rows of every seed stacked as more haystacks
+(``seed_rule.pool_seeds``): the primary probe's matrix (far needle depth, or the prefix
+probe), all depths pooled, and for dynamic models the phases inside the actual chunk. The
+correctness matrices (``DIR/correct/<unit>.npz``) are the data, so a merge or a recomputation
+from results.json gives the same pooled record.
+
+``pooled_records`` returns one record per variant: the seed-pooled one when the variant has
+several seeds with matrices, the record itself when it has one seed (its own test is the
+pooled test), and none when several seeds lack matrices (no pooled test can be made). The
+pooled record keeps the first seed's setup with the unit name ``<variant> (N seeds pooled)``;
+its held-out metrics are the seeds' mean (what the accuracy gates read); other fields that are
+not recomputed from matrices (slot gains, split labels, per-depth analyses) are dropped so
+nothing in it mixes one seed's value with the pooled statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from chunkformer.evaluation import stats
+from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.stats.seed_rule import pool_seeds
+
+Loader = correctness.Loader
+POOLED_SUFFIX = "seeds pooled"
+
+
+def pooled_name(variant: str, num_seeds: int) -> str:
+  return f"{variant} ({num_seeds} {POOLED_SUFFIX})"
+
+
+def by_variant(records: Sequence[VariantRecord]) -> dict[str, list[VariantRecord]]:
+  """Records grouped by variant (the seeds of one variant), seeds ascending."""
+  groups: dict[str, list[VariantRecord]] = {}
+  for r in records:
+    groups.setdefault(r.setup.variant, []).append(r)
+  return {v: sorted(rs, key=lambda r: r.setup.seed) for v, rs in groups.items()}
+
+
+def _same_offsets(matrices: Sequence[correctness.Matrix]) -> bool:
+  return all(np.array_equal(m.offsets_J, matrices[0].offsets_J) for m in matrices)
+
+
+def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
+         num_resamples: int = 2000, num_permutations: int = 2000) -> VariantRecord | None:
+  """One variant's seeds as one record (module docstring); None without comparable matrices."""
+  name = runs[0].primary_matrix_name
+  loaded = [load(r.name) for r in runs]
+  if name is None or any(m is None or name not in m for m in loaded):
+    return None
+  primary = [m[name] for m in loaded]
+  if not _same_offsets(primary):
+    return None  # the seeds were not asked the same offsets: no pooled haystack rows
+  first = runs[0]
+  offsets = primary[0].offsets_J
+  sizes = [t.chunk_size for t in first.analysis.by_chunk_size]
+  kw = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
+  pooled = pool_seeds([m.correct_YxJ for m in primary])
+  fields: dict = dict(analysis=stats.analyze(pooled, offsets, sizes, **kw), slot_gain=None,
+                      slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
+                      images={},
+                      token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
+                      lm_phase_loss=None, depths=None)
+  if first.primary_probe == "needle":
+    depths = sorted({k for m in loaded for k in m if k.startswith(correctness.NEEDLE)})
+    if all(set(depths) <= set(m) for m in loaded):
+      every = [m[d] for m in loaded for d in depths]
+      if _same_offsets(every):
+        fields["all_depths"] = stats.analyze(pool_seeds([m.correct_YxJ for m in every]),
+                                             offsets, sizes, **kw).nested()
+    near = max(depths, key=lambda d: _depth(first, d))
+    fields["near_accuracy"] = float(pool_seeds([m[near].correct_YxJ for m in loaded]).mean())
+    if first.chunk_phase is not None and all(m.phases_YxJ is not None for m in primary):
+      phases = np.concatenate([m.phases_YxJ for m in primary])
+      fields["chunk_phase"] = stats.analyze(pooled, offsets, sizes, phases=phases, **kw).phase
+  setup = dataclasses.replace(first.setup, name=pooled_name(first.setup.variant, len(runs)))
+  return dataclasses.replace(first, setup=setup, **fields)
+
+
+def _mean_heldout(runs: Sequence[VariantRecord]) -> dict[str, float] | None:
+  """The seeds' held-out metrics averaged (the accuracy gates read them); None unless every
+  seed has them."""
+  if any(not r.heldout for r in runs):
+    return None
+  keys = set.intersection(*(set(r.heldout) for r in runs))
+  return {k: float(np.mean([r.heldout[k] for r in runs])) for k in sorted(keys)}
+
+
+def _depth(record: VariantRecord, matrix_name: str) -> float:
+  """The depth (0 far ... 1 near) of ``needle_<depth name>`` from the record's depths."""
+  depth_name = matrix_name.removeprefix(correctness.NEEDLE)
+  for d in record.depths or ():
+    if d.depth_name == depth_name:
+      return d.depth
+  return 0.0
+
+
+def pooled_records(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
+                   num_resamples: int = 2000, num_permutations: int = 2000
+                   ) -> dict[str, VariantRecord]:
+  """variant -> its seed-pooled record (module docstring); variants without one are absent."""
+  out = {}
+  for variant, runs in by_variant(records).items():
+    if len(runs) == 1:
+      out[variant] = runs[0]
+    elif load is not None:
+      pooled = pool(runs, load, seed=seed, num_resamples=num_resamples,
+                    num_permutations=num_permutations)
+      if pooled is not None:
+        out[variant] = pooled
+  return out

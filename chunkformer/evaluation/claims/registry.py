@@ -1,0 +1,90 @@
+"""``CLAIMS``: every claim a sweep is judged on, id -> one function of the ``Evidence``.
+
+A claim function returns one ``records.claim.Claim`` (its verdict one of the seed rule's
+words, its reason and the numbers it rests on); the registry's order is the order of
+results.json's ``claims`` and of the report's claim table. C1-C4 and C7-C9 are decided per
+trained model by ``judgments`` and over seeds by the seed rule (``combine.from_judgments``);
+C5 and C6 by their tests on the stored data (``step_size``, ``slot_preference``) where the
+data allow, else from the judgments as well.
+
+Adding a claim: write its function (``Evidence`` -> ``Claim``) and add one line below; ``judge``
+then writes it to results.json and the report (``tests/test_registries.py`` does this with a
+toy claim).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+from chunkformer.evaluation.claims import combine, judgments, pooling, slot_preference, step_size
+from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.variant import VariantRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+  """What a claim may rest on: the records, their seed-pooled records and judgments, the
+  stored matrices and the sweep's resampling settings."""
+
+  records: tuple[VariantRecord, ...]
+  pooled: Mapping[str, VariantRecord]  # variant -> seed-pooled record (``pooling``)
+  judgments: tuple[judgments.Judgment, ...]  # per trained model (``judgments.judge``)
+  pooled_judgments: tuple[judgments.Judgment, ...] | None  # per seed-pooled record
+  matrices: correctness.Loader | None  # unit -> its correctness matrices
+  seed: int = 0
+  num_resamples: int = 2000
+  num_permutations: int = 2000
+
+
+ClaimFunction = Callable[[Evidence], Claim]
+
+
+def _from_judgments(claim_id: str) -> ClaimFunction:
+  """The claim decided by the verdict lines' judgments and the seed rule."""
+  return lambda e: combine.from_judgments(claim_id, e.judgments, e.pooled_judgments)
+
+
+def _step_size(e: Evidence) -> Claim:
+  """C5 from the paired gap difference of the stored matrices, else from the judgments."""
+  return (step_size.c5_claim(e.records, e.matrices, seed=e.seed, num_resamples=e.num_resamples)
+          or combine.from_judgments("C5", e.judgments, e.pooled_judgments))
+
+
+def _slot_preference(e: Evidence) -> Claim:
+  """C6 from the slot-gain null, else INCONCLUSIVE with the measured spreads."""
+  return (slot_preference.c6_claim(e.records, seed=e.seed, num_permutations=e.num_permutations)
+          or judgments.slot_gain_claim(e.records))
+
+
+CLAIMS: dict[str, ClaimFunction] = {
+    "C1": _from_judgments("C1"),  # fixed chunks of step M: period exactly M
+    "C2": _from_judgments("C2"),  # full attention: no period
+    "C3": _from_judgments("C3"),  # RoPE off: still periodic
+    "C4": _from_judgments("C4"),  # uniform pooling: still periodic
+    "C5": _step_size,  # a smaller step hurts less
+    "C6": _slot_preference,  # heads prefer early or late phases
+    "C7": _from_judgments("C7"),  # the code models' prefix probe shows the period
+    "C8": _from_judgments("C8"),  # dynamic chunks remove the blind spot
+    "C9": _from_judgments("C9"),  # a key token shift removes it
+}
+
+
+def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | None, *,
+             pooled: Mapping[str, VariantRecord] | None = None, seed: int = 0,
+             num_resamples: int = 2000, num_permutations: int = 2000) -> Evidence:
+  """The evidence of a sweep; ``pooled`` computed from ``matrices`` when not given."""
+  resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
+  if pooled is None:
+    pooled = pooling.pooled_records(records, matrices, **resampling)
+  pooled_judgments = tuple(judgments.judge(list(pooled.values()))) if pooled else None
+  return Evidence(tuple(records), pooled, tuple(judgments.judge(records)), pooled_judgments,
+                  matrices, **resampling)
+
+
+def decide(records: Sequence[VariantRecord], matrices: correctness.Loader | None = None,
+           **kwargs) -> list[Claim]:
+  """Every claim of ``CLAIMS`` in its order (kwargs: ``evidence``'s)."""
+  found = evidence(records, matrices, **kwargs)
+  return [claim(found) for claim in CLAIMS.values()]

@@ -1,0 +1,1 @@
+"""Rendering of a judged sweep: markdown tables and figures of what it is given."""

@@ -1,0 +1,1 @@
+"""Periodicity sweeps: config, train / evaluate / resume / merge / rejudge, shards, files."""

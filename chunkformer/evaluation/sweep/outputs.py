@@ -1,0 +1,126 @@
+"""The files a finished sweep writes: ``results.json``, ``report.md`` and the plots.
+
+``write(sweep, DIR, records, ...)`` has the records judged (``claims.judge``: verdict lines,
+seed-pooled tests, claims C1-C9 and the tables' statistics, all recomputable from DIR: the
+correctness matrices, stored slot gains and LM loss rows) and writes ``DIR/results.json``
+(``results_file``), ``DIR/report.md`` (``report``: comparison table, claims, verdicts, the
+probes', claims' and language models' tables) and the figures under ``DIR/plots/``. ``run``
+decides which records are current.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import time
+from collections.abc import Mapping
+
+import jax
+
+from chunkformer import workdir as workdir_lib
+from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.records import correctness, loss_rows, results_file
+from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.report import claim_tables, loss_tables, markdown, plots, probe_tables
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.trainer import format_duration
+
+RESULTS_FILE = "results.json"
+REPORT_FILE = "report.md"
+PLOTS_DIR = "plots"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  results_path: str
+  report_path: str
+  table: str  # the comparison table (markdown, aligned for a console)
+  records: list[VariantRecord]
+  verdicts: list[str]
+  wall_time_s: float
+  claims: list[Claim] = dataclasses.field(default_factory=list)
+
+
+def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> str:
+  s = sweep.settings
+  spec = sweep.needle_spec()
+  lines = [
+      f"Command: `{command}`" if command else "",
+      f"Date: {date}; wall time {format_duration(wall)} ({wall:.0f} s, this invocation); "
+      f"seed "
+      f"{s.seed}; machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
+      f"on {jax.default_backend()}.",
+      f"Needle shift sweep: K = {spec.num_offsets} consecutive offsets at depths "
+      f"{', '.join(f'{d:g}' for d in spec.depths)} (0 = far), S = {spec.num_haystacks} "
+      f"haystacks, window starts aligned to {spec.align} tokens; the table reads the far "
+      "depth: 'far acc' counts a needle as retrieved when its whole answer is right, 'far "
+      "token acc' is the fraction of answer tokens right, 'held-out far' the training run's "
+      "per-token accuracy on held-out rows with needles beyond data.near_distance (the "
+      "accuracy gates read it). Prefix probe: "
+      + (f"N = 0..{sweep.prefix_spec().max_prefix}, {s.prefix_prompts} prompts."
+         if s.prefix_prompts else "off."),
+      "",
+      "Overrides of every variant: " + (", ".join(
+          f"{k}={val}" for k, val in sweep.shared_overrides.items()) or "none") + ".",
+      "",
+      "| variant | source | its own overrides |",
+      "|:--|:--|:--|",
+  ]
+  for v in sweep.variants:
+    own = {k: val for k, val in v.overrides.items()
+           if k not in sweep.shared_overrides or sweep.shared_overrides[k] != val}
+    lines.append(f"| {v.name} | `{v.source}` | "
+                 f"{', '.join(f'{k}={val}' for k, val in own.items()) or '-'} |")
+  return "\n".join(lines)
+
+
+def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
+          command: str, began: float, *,
+          original: results_file.SweepResults | None = None,
+          rejudged_by: str = "") -> Outcome:
+  s = sweep.settings
+  plots_dir = os.path.join(workdir, PLOTS_DIR)
+  # Judged from DIR alone: the records, the correctness matrices (seed-pooled tests, C5) and
+  # the stored slot gains (C6) and loss rows.
+  judged = judging.judge(records, correctness.loader(workdir),
+                           loss_rows=loss_rows.loader(workdir), seed=s.seed,
+                           num_resamples=s.num_resamples, num_permutations=s.num_permutations)
+  lines, claims = list(judged.verdicts), list(judged.claims)
+  reference = s.reference_chunk_size
+  overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
+      os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
+      chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
+  wall = time.time() - began
+  date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+  intro_note = ""
+  if original is not None:  # judged again: the run's own command, date and wall time stand
+    intro_note = (f"\n\nJudged again on {date} by `{rejudged_by}` (verdicts, claims, tables "
+                  "and plots recomputed from the stored records and correctness matrices; "
+                  "no model retrained or re-evaluated).")
+    date, wall = original.date, original.wall_time_s
+  results = results_file.SweepResults(
+      sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
+      settings=s.to_json(), num_offsets=sweep.num_offsets, window_align=sweep.align,
+      chunk_sizes_in_play=tuple(sweep.chunk_sizes), verdicts=tuple(lines), report=REPORT_FILE,
+      variants=tuple(dataclasses.replace(r, images=relative_images(r.images, workdir))
+                     for r in records),
+      claims=tuple(claims))
+  os.makedirs(workdir, exist_ok=True)
+  results_path = results_file.write(os.path.join(workdir, RESULTS_FILE), results)
+  report_path = os.path.join(workdir, REPORT_FILE)
+  text = markdown.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
+                              intro=_intro(sweep, command, date, wall) + intro_note,
+                              images=overview, directory=workdir, claims=claims)
+  lm = loss_tables.sections(records, judged.tables.code_accuracy,
+                            judged.tables.loss_signatures, plots_dir, workdir)
+  workdir_lib.write_text(report_path, text + probe_tables.sections(records)
+                         + claim_tables.sections(judged) + lm)
+  return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
+                 wall, claims)
+
+
+def relative_images(images: Mapping[str, str], workdir: str) -> dict[str, str]:
+  return {k: os.path.relpath(v, workdir) for k, v in images.items()}

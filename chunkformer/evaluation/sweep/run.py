@@ -1,0 +1,288 @@
+"""Sweep orchestration: train the variants that are missing, evaluate all, write the results.
+
+``run(config, DIR)`` with a sweep config (``config``):
+1. resolves and checks every variant (ConfigError before anything is trained or written);
+2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
+   (which resumes an interrupted run), showing the variant, step and ETA;
+3. evaluates every variant (``unit``: needle shift sweep, prefix probe, slot gains),
+   storing its record in ``DIR/records/<variant>.json``, its correctness matrices in
+   ``DIR/correct/<variant>.npz`` and, for language models, its held-out per-token loss rows
+   in ``DIR/lm_loss/<variant>.npz``;
+4. writes (``outputs``) ``DIR/results.json`` (the records, verdict lines and claims),
+   ``DIR/report.md`` with the comparison table, claims, verdicts and figures, and the figures
+   under ``DIR/plots/``.
+With a shard (``shards``: ``--shard i/n``) steps 2-3 cover that shard's variants and step 4
+waits until every variant has a current record (or ``merge``).
+
+A variant counts as finished when ``DIR/<variant>/final_metrics.json`` records its last step
+under the same config; it is then not retrained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+import ml_collections
+from absl import logging
+
+from chunkformer import trainer
+from chunkformer import workdir as workdir_lib
+from chunkformer.config import ConfigError
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.records import correctness, loss_rows, results_file
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import outputs, shards, unit
+from chunkformer.evaluation.sweep.outputs import PLOTS_DIR, RESULTS_FILE, Outcome
+
+TRAIN_TIME_FILE = "sweep_train_time.json"
+RECORDS_DIR = "records"  # one results.json entry per variant, for merging shards
+
+
+class Interrupted(RuntimeError):
+  """Training of a variant stopped early (preemption); rerunning the command resumes it."""
+
+
+def is_finished(variant: sweep_config.Variant) -> bool:
+  """Whether ``variant.workdir`` holds this variant's finished run (final metrics written)."""
+  if not variant.train:
+    return True
+  final = os.path.join(variant.workdir, workdir_lib.FINAL_METRICS_FILE)
+  diff = workdir_lib.recorded_differences(variant.workdir, variant.config)
+  if diff is None or workdir_lib.blocking(diff) or not os.path.exists(final):
+    return False
+  with open(final) as f:
+    return json.load(f).get("step") == variant.config.train.steps
+
+
+class ProgressDisplay:
+  """Progress lines: which variant trains, its step, and ETAs for it and all training left."""
+
+  def __init__(self, name: str, to_train: Sequence[sweep_config.Variant]):
+    self.name = name
+    self.steps = [v.config.train.steps for v in to_train]
+    self.names = [v.name for v in to_train]
+    self.index = -1
+
+  def start(self, variant: sweep_config.Variant) -> None:
+    self.index = self.names.index(variant.name)
+    logging.info("[sweep %s] training %d/%d %r (%d steps) in %s", self.name, self.index + 1,
+                 len(self.names), variant.name, variant.config.train.steps, variant.workdir)
+
+  def __call__(self, progress: trainer.Progress) -> None:
+    if progress.split != "train":
+      return
+    later = sum(self.steps[self.index + 1:])
+    rate = progress.steps_per_sec
+    # Later variants are assumed to train at this variant's rate: a rough, honest guess.
+    total = progress.eta_s + (later / rate if rate > 0 else math.inf)
+    logging.info("[sweep %s] training %d/%d %r: step %d/%d (%d%%), %.1f steps/s, ETA %s for "
+                 "this variant, ~%s for all training left", self.name, self.index + 1,
+                 len(self.names), self.names[self.index], progress.step, progress.total_steps,
+                 100 * progress.step // max(progress.total_steps, 1), rate,
+                 trainer.format_duration(progress.eta_s), trainer.format_duration(total))
+
+
+def _train_time(variant: sweep_config.Variant, add: float = 0.0) -> float | None:
+  """Training wall time spent by sweeps on this variant, accumulated over resumes."""
+  path = os.path.join(variant.workdir, TRAIN_TIME_FILE)
+  spent = None
+  if os.path.exists(path):
+    with open(path) as f:
+      spent = json.load(f).get("wall_s")
+  if add:
+    spent = (spent or 0.0) + add
+    workdir_lib.write_json(variant.workdir, TRAIN_TIME_FILE, {"wall_s": spent})
+  return spent
+
+
+@dataclasses.dataclass(frozen=True)
+class PartOutcome:
+  """A shard's part is done but other parts are missing: nothing merged yet."""
+
+  shard: shards.Shard
+  evaluated: list[str]  # variants evaluated by this call (not those whose record was reused)
+  missing: list[str]  # variants without a current record (other shards still to run)
+
+
+def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
+  s = sweep.settings
+  display = ProgressDisplay(s.name, [v for v in variants if not is_finished(v)])
+  for variant in variants:
+    if variant.name in display.names:
+      display.start(variant)
+      start = time.time()
+      final = trainer.train(variant.config, variant.workdir, progress=display)
+      _train_time(variant, time.time() - start)
+      if final.get("preempted"):
+        raise Interrupted(f"sweep variant {variant.name!r} stopped at step {final['step']} "
+                          "(preempted, checkpoint saved); rerun the same command to resume")
+    else:
+      logging.info("[sweep %s] %r: finished run in %s, not retrained", s.name, variant.name,
+                   variant.workdir)
+
+
+def record_path(workdir: str, variant: str) -> str:
+  return os.path.join(workdir, RECORDS_DIR, f"{variant}.json")
+
+
+def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+              workdir: str) -> list[VariantRecord]:
+  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge."""
+  records = []
+  for i, variant in enumerate(variants):
+    logging.info("[sweep %s] evaluating %d/%d %r", sweep.settings.name, i + 1, len(variants),
+                 variant.name)
+    start = time.time()
+    record = unit.evaluate(trained_lib.load(variant.workdir), variant, sweep,
+                                   os.path.join(workdir, PLOTS_DIR),
+                                   correctness.path_for(workdir, variant.name),
+                                   loss_rows.path_for(workdir, variant.name))
+    record = dataclasses.replace(record, eval_wall_s=time.time() - start,
+                                 train_wall_s=_train_time(variant))
+    path = record_path(workdir, variant.name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images = outputs.relative_images(record.images, workdir)
+    stored = dataclasses.replace(record, images=images).to_json()
+    settings = _record_settings(sweep.settings.to_json())
+    workdir_lib.write_text(path, json.dumps({"sweep_settings": settings, "record": stored},
+                                          indent=1) + "\n")
+    records.append(record)
+  return records
+
+
+def _record_settings(settings: Mapping) -> dict:
+  """The settings a record depends on, as JSON: all but the variant order (it changes none)."""
+  return {k: v for k, v in json.loads(json.dumps(dict(settings))).items() if k != "order"}
+
+
+def merged_entries(workdir: str) -> dict[str, dict]:
+  """The records of ``DIR/results.json`` in the form ``record_path`` stores them.
+
+  A committed sweep keeps its results.json but no ``records/``; with these its variants count
+  as evaluated, so units added to its config train and merge in place.
+  """
+  path = os.path.join(workdir, RESULTS_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    results = json.load(f)
+  settings = _record_settings(results.get("settings") or {})
+  return {entry["name"]: {"sweep_settings": settings, "record": entry}
+          for entry in results.get("variants", [])}
+
+
+def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant, workdir: str,
+                  merged: Mapping[str, dict] | None = None) -> tuple[VariantRecord | None, str]:
+  """The variant's stored record if it is current, else (None, why not).
+
+  ``merged`` (``merged_entries``) is consulted when ``DIR/records/`` has no file for it.
+  """
+  path = record_path(workdir, variant.name)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      stored = json.load(f)
+  elif merged and variant.name in merged:
+    stored = merged[variant.name]
+  else:
+    return None, "not evaluated"
+  settings = _record_settings(sweep.settings.to_json())
+  changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
+  if changed:
+    return None, f"evaluated under other sweep settings: {', '.join(changed)}"
+  record = VariantRecord.from_json(stored["record"])
+  # Its variant directory may have moved with DIR (shards merged from other machines).
+  setup = dataclasses.replace(record.setup, workdir=variant.workdir)
+  if setup != unit.describe(variant) or not is_finished(variant):
+    return None, "evaluated under a different config"
+  images = {k: os.path.join(workdir, v) for k, v in record.images.items()}
+  return dataclasses.replace(record, setup=setup, images=images), ""
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
+        shard: shards.Shard | None = None) -> Outcome | PartOutcome:
+  """Runs the sweep of ``config`` in ``workdir`` (module docstring); returns what it wrote.
+
+  With ``shard``, only that shard's variants are trained and evaluated (``shards``); the
+  results are merged when every variant then has a current record, else a ``PartOutcome``.
+  """
+  began = time.time()
+  workdir_lib.require_directory(workdir)  # before any variant trains
+  sweep = sweep_config.resolve(config, workdir)
+  mine = sweep.variants
+  if shard is not None:
+    shards.check_count(shard, len(sweep.variants))
+    mine = shard.select(sweep.variants)
+    logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
+                 ", ".join(v.name for v in mine))
+  _train(sweep, mine)
+  # A variant whose stored record is current (same settings, config and finished run; in
+  # DIR/records/ or DIR/results.json) is not evaluated again, so a stopped sweep resumes its
+  # evaluation too; move DIR/records/ and DIR/results.json away to evaluate every variant afresh.
+  merged = merged_entries(workdir)
+  stored = {v.name: stored_record(sweep, v, workdir, merged)[0] for v in mine}
+  for name, record in stored.items():
+    if record is not None:
+      logging.info("[sweep %s] %r: stored record is current, not evaluated again",
+                   sweep.settings.name, name)
+  fresh = _evaluate(sweep, [v for v in mine if stored[v.name] is None], workdir)
+  evaluated = {r.name: r for r in fresh}
+  evaluated.update({name: record for name, record in stored.items() if record is not None})
+  if shard is not None:
+    others = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants
+              if v.name not in evaluated}
+    missing = [name for name, (record, _) in others.items() if record is None]
+    if missing:
+      logging.info("[sweep %s] shard %s done; waiting for %s (then: --merge)",
+                   sweep.settings.name, shard, ", ".join(missing))
+      return PartOutcome(shard, [r.name for r in fresh], missing)
+    evaluated.update({name: record for name, (record, _) in others.items()})
+  return outputs.write(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
+                        began)
+
+
+def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Writes results.json, the report and plots from the stored records of every variant."""
+  began = time.time()
+  workdir_lib.require_directory(workdir)
+  sweep = sweep_config.resolve(config, workdir)
+  merged = merged_entries(workdir)
+  found = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants}
+  missing = [f"{name} ({why})" for name, (record, why) in found.items() if record is None]
+  if missing:
+    raise ConfigError(f"--merge: no current record in {workdir} for {', '.join(missing)}; run "
+                      "their shards first (eval.py --config ... --shard i/n)")
+  return outputs.write(sweep, workdir, [found[v.name][0] for v in sweep.variants], command,
+                        began)
+
+
+def rejudge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
+  """Judges a finished sweep again: results.json, report.md and plots rewritten from the
+  records stored in ``DIR/results.json`` (and the correctness matrices) by today's verdict,
+  claim and report code, without training or evaluating anything. The original command, date
+  and wall time are kept; the report says when and by which command it was judged again.
+  """
+  began = time.time()
+  workdir_lib.require_directory(workdir)
+  sweep = sweep_config.resolve(config, workdir)
+  path = os.path.join(workdir, RESULTS_FILE)
+  if not os.path.exists(path):
+    raise ConfigError(f"--rejudge: {path} does not exist; run the sweep first")
+  stored = results_file.load(path)
+  by_name = {r.name: r for r in stored.variants}
+  missing = [v.name for v in sweep.variants if v.name not in by_name]
+  if missing:
+    raise ConfigError(f"--rejudge: {path} has no record of {', '.join(missing)} (variants of "
+                      "the sweep config); judge the sweep it was written by")
+  records = [dataclasses.replace(by_name[v.name], images={
+      k: os.path.join(workdir, x) for k, x in by_name[v.name].images.items()})
+      for v in sweep.variants]
+  return outputs.write(sweep, workdir, records, stored.command, began, original=stored,
+                        rejudged_by=command)
+
+
