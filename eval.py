@@ -23,7 +23,7 @@ import sys
 
 from absl import app, flags
 
-from chunkformer import cli
+from chunkformer import cli, run_lock
 from chunkformer import heldout as heldout_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.sweep import config as sweep_config
@@ -84,8 +84,8 @@ def main(argv):
                         "configs/sweeps/<name>.py")
     result = heldout_lib.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
                                           allow_unfinished=_ALLOW_UNFINISHED.value)
-  except (ConfigError, sweep.Interrupted) as e:
-    raise SystemExit(f"error: {e}") from None
+  except (ConfigError, sweep.Interrupted, run_lock.Locked) as e:
+    raise SystemExit(cli.one_line_error(e)) from None
   print(json.dumps(result, indent=2, sort_keys=True))
 
 

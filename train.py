@@ -1,8 +1,10 @@
 """Trains a model: python train.py --config configs/<name>.py --workdir DIR [--config.a.b=v].
 
 Rerunning the same command resumes from the newest checkpoint in DIR; a DIR holding another
-run is refused unless --overwrite. Multi-process: add --coordinator=HOST:PORT
---num_processes=N --process_id=I (or the CHUNKFORMER_* variables). Compiled programs are cached
+run is refused unless --overwrite, and a DIR another process is training (or evaluating) is
+refused at once. Bad input ends in one line "error: ..." (--verbosity=1 adds the traceback).
+Multi-process: add --coordinator=HOST:PORT --num_processes=N --process_id=I (or the
+CHUNKFORMER_* variables). Compiled programs are cached
 in ~/.cache/chunkformer/jax (or $JAX_COMPILATION_CACHE_DIR), so a resumed run starts quickly.
 """
 
@@ -10,8 +12,7 @@ import json
 
 from absl import app, logging
 
-from chunkformer import cli, trainer
-from chunkformer.config import ConfigError
+from chunkformer import cli, run_lock, trainer
 
 _CONFIG = cli.define_config_flag()
 _WORKDIR = cli.define_workdir_flag()
@@ -28,8 +29,8 @@ def main(argv):
     cli.initialize_distributed()
     config = cli.config_from_flags(_CONFIG)
     final = trainer.train(config, _WORKDIR.value, overwrite=_OVERWRITE.value)
-  except ConfigError as e:
-    raise SystemExit(f"error: {e}") from None
+  except (ValueError, run_lock.Locked, FloatingPointError) as e:  # ConfigError included
+    raise SystemExit(cli.one_line_error(e)) from None
   logging.info("final metrics: %s", json.dumps(final, sort_keys=True))
 
 

@@ -39,6 +39,9 @@ import sys
 import tempfile
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py would shadow kernels
+
 DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
 MESHES = {8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
 FIT_FRACTION = 0.9
@@ -208,7 +211,6 @@ def main() -> None:
   device_counts = [int(x) for x in args.devices.split(",")]
   todo = list(cases(args.small, device_counts, [int(x) for x in args.seq_lens.split(",")],
                     args.variants.split(","), args.remats.split(",")))
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   records: list[dict] = []
   if args.resume and os.path.exists(args.out + ".json"):  # keep the cases that compiled
     records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
@@ -227,11 +229,11 @@ def main() -> None:
       with open(case_file, "w") as f:
         f.writelines(json.dumps(c) + "\n" for c in mine)
       env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                 JAX_PLATFORMS="cpu", PYTHONPATH=root)
+                 JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
       # As a module from the repository root: run as a script, bench/ would come first on
       # sys.path and bench/kernels.py would shadow the kernels package.
       proc = subprocess.Popen([sys.executable, "-m", "bench.scale_plan", "--worker", "--cases",
-                               case_file, "--output", out_file], env=env, cwd=root)
+                               case_file, "--output", out_file], env=env, cwd=ROOT)
       proc.wait()
       if os.path.exists(out_file):
         records += [json.loads(line) for line in open(out_file)]

@@ -14,14 +14,18 @@ import argparse
 import datetime
 import json
 import os
+import sys
 import time
 
-import jax
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py would shadow kernels
 
-from chunkformer import config as config_lib
-from chunkformer import provenance, trainer
-from chunkformer import runtime as runtime_lib
-from configs.lm import qwen3_tiny
+import jax  # noqa: E402
+
+from chunkformer import config as config_lib  # noqa: E402
+from chunkformer import provenance, trainer  # noqa: E402
+from chunkformer import runtime as runtime_lib  # noqa: E402
+from configs.lm import qwen3_tiny  # noqa: E402
 
 
 def compile_seconds(layers: int, scan: bool) -> float:

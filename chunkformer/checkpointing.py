@@ -4,7 +4,9 @@ Checkpoint ``k`` holds the state after ``k`` updates, so a resumed run continues
 and, because batches and the per-step rng are functions of the step, reproduces the
 uninterrupted run exactly. Orbax writes each save into a temporary directory and renames it
 when complete, so a process killed mid-save leaves the previous checkpoints intact; leftover
-temporary directories are removed when the manager opens.
+temporary directories (``*.orbax-checkpoint-tmp*``) are removed when the manager opens. That is
+safe only because training holds the run lock (``run_lock``) first: a second process opening
+the manager would delete the first one's save in progress.
 
 A checkpoint holds the TrainState as Orbax's single item (``default``). Runs on task "corpus"
 (``Checkpointer(..., with_data=True)``) add the items ``data`` (the training iterator's Grain

@@ -87,6 +87,13 @@ def config_from_flags(holder: flags.FlagHolder) -> config_lib.Config:
   return config_lib.from_dict(holder.value.to_dict())
 
 
+def one_line_error(error: Exception) -> str:
+  """The ``error: ...`` line an entry point exits with for an expected failure (bad input, a
+  locked directory, a non-finite loss); the traceback is logged at --verbosity=1."""
+  absl_logging.debug("traceback of the error below", exc_info=error)
+  return f"error: {error}"
+
+
 def quiet_library_logs() -> None:
   """Hides libraries' INFO lines (Orbax narrates every save); their warnings still show."""
   def keep(record: std_logging.LogRecord) -> bool:

@@ -6,6 +6,7 @@ of different runs with the same data config) scores the same rows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -68,10 +69,19 @@ def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
                         allow_unfinished: bool = False) -> dict[str, Any]:
   """Held-out metrics of the latest checkpoint in ``workdir`` (its recorded config).
 
-  Errors as ``restore_run``.
+  Errors as ``restore_run``, and ``run_lock.Locked`` if another process holds the run (is
+  training it): a finished run is read under its lock, so no checkpoint is written or deleted
+  under the reader. ``allow_unfinished`` reads without the lock, the newest checkpoint of a run
+  another process may still be training.
   """
-  config, rt, params, step = restore_run(workdir, allow_unfinished)
-  num_batches = num_batches or config.train.eval_batches
-  metrics = heldout_metrics(rt, make_eval_step(rt), params, num_batches)
+  workdir_lib.require_directory(workdir)
+  lock = (contextlib.nullcontext() if allow_unfinished else workdir_lib.locked(
+      workdir, "evaluation", reader=True,
+      advice="wait for it to finish, or pass --allow_unfinished to evaluate its newest "
+             "checkpoint now"))
+  with lock:
+    config, rt, params, step = restore_run(workdir, allow_unfinished)
+    num_batches = num_batches or config.train.eval_batches
+    metrics = heldout_metrics(rt, make_eval_step(rt), params, num_batches)
   return {"workdir": workdir, "step": step, "finished": step >= config.train.steps,
           "eval_batches": num_batches, "heldout": metrics}

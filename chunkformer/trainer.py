@@ -155,12 +155,20 @@ def train(config: Config, workdir: str, *, overwrite: bool = False,
   Returns ``{"step", "heldout": {...}}`` (also written to ``DIR/final_metrics.json``), or
   ``{"step", "preempted": True}`` when SIGTERM stopped the run after saving a checkpoint.
   ``devices`` defaults to every device of every process. Raises ConfigError (before compiling)
-  on bad input, FloatingPointError naming the step on a non-finite loss or gradient.
+  on bad input, ``run_lock.Locked`` (before writing) if another process holds ``workdir``,
+  FloatingPointError naming the step on a non-finite loss or gradient.
   """
   workdir_lib.require_directory(workdir)  # before building anything
   rt = runtime_lib.build(config, devices)
   if config.init.from_workdir:  # refuses a mismatched source before the workdir is claimed
     warm_start.plan(config)
+  # Locked before anything is written: a second process on DIR stops here, in one line.
+  with workdir_lib.locked(workdir, "training"):
+    return _train(config, workdir, rt, overwrite, progress)
+
+
+def _train(config: Config, workdir: str, rt: runtime_lib.Runtime, overwrite: bool,
+           progress: ProgressHook | None) -> dict[str, Any]:
   workdir_lib.prepare(workdir, config, overwrite)
   checkpointer = checkpointing.Checkpointer(workdir, config.train, with_data=rt.feed is not None)
   restored = checkpointer.restore_latest(rt.abstract_state, data=rt.feed)

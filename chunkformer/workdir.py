@@ -9,9 +9,11 @@ bookkeeping (``BOOKKEEPING_FIELDS``) may change between reruns; the new values a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -19,6 +21,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from chunkformer import config as config_lib
+from chunkformer import run_lock
 from chunkformer.config import Config, ConfigError
 
 CONFIG_FILE = "config.json"
@@ -84,6 +87,20 @@ def recorded_identity(recorded: dict[str, Any]) -> dict[str, Any]:
     return config_json(config_lib.from_dict(upgrade_record(recorded)))
   except ConfigError:
     return recorded
+
+
+@contextlib.contextmanager
+def locked(workdir: str, purpose: str, **kwargs) -> Iterator[None]:
+  """Holds ``workdir``'s run lock (``run_lock.hold``; ``kwargs`` as there) for the block.
+
+  Processes of one multi-process job share the directory: process 0 holds it for them all.
+  """
+  if jax.process_index() != 0:
+    yield
+    return
+  with run_lock.hold(run_lock.directory_lock(workdir), purpose, what=f"workdir {workdir!r}",
+                     **kwargs):
+    yield
 
 
 def require_directory(workdir: str) -> None:
@@ -178,8 +195,8 @@ def _move_aside(workdir: str) -> None:
     suffix += 1
   target += f"-{suffix}" if suffix else ""
   os.makedirs(target)
-  for name in os.listdir(workdir):
-    if not name.startswith(REPLACED_PREFIX):
+  for name in os.listdir(workdir):  # the lock file stays: it is held while this runs
+    if not name.startswith(REPLACED_PREFIX) and name != run_lock.LOCK_FILE:
       os.replace(os.path.join(workdir, name), os.path.join(target, name))
   logging.warning("workdir %s: previous run moved to %s", workdir, target)
 

@@ -55,8 +55,13 @@ def _corpus_vocab_size(path: str, tokenizer: str) -> int:
   if not os.path.isfile(manifest):
     raise ConfigError(f"config field 'data.path': {path!r} holds no manifest.json (ingest it "
                       "with python -m chunkformer.data.ingest, or use 'builtin:stdlib')")
-  with open(manifest) as f:
-    return int(json.load(f)["tokenizer"]["vocab_size"])
+  try:
+    with open(manifest) as f:
+      return int(json.load(f)["tokenizer"]["vocab_size"])
+  except (ValueError, KeyError, TypeError) as e:  # a damaged or foreign manifest.json
+    raise ConfigError(f"config field 'data.path': {manifest!r} is not an ingested dataset's "
+                      f"manifest ({type(e).__name__}: {e}); ingest the corpus again with "
+                      "python -m chunkformer.data.ingest ... --overwrite") from None
 
 
 def check_config(config: DataConfig) -> None:

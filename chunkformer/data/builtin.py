@@ -17,7 +17,7 @@ import tempfile
 
 from absl import logging
 
-from chunkformer.data import code, ingest
+from chunkformer.data import code
 from chunkformer.data import tokenizer as tokenizer_lib
 
 PREFIX = "builtin:"
@@ -52,6 +52,10 @@ def check_spec(path: str, tokenizer: str) -> int:
 
 def resolve(path: str, tokenizer: str, heldout_fraction: float) -> str:
   """The cache directory of the built-in corpus, ingesting (and training BPE) on first use."""
+  # Imported here, not at the top: the package chunkformer.data imports this module, and
+  # `python -m chunkformer.data.ingest` warns when the package has already imported ingest.
+  from chunkformer.data import ingest  # noqa: PLC0415
+
   check_spec(path, tokenizer)
   tag = tokenizer.replace(":", "") if tokenizer.startswith("bpe:") else tokenizer_lib.BYTES
   directory = os.path.join(

@@ -58,10 +58,15 @@ def stdlib_root() -> str:
   return sysconfig.get_paths()["stdlib"]
 
 
-def is_heldout(relative_path: str, heldout_fraction: float) -> bool:
-  """Stable split: the first 8 bytes of sha256(path), read as a fraction, below the cut."""
+def heldout_score(relative_path: str) -> float:
+  """The first 8 bytes of sha256(path) read as a fraction in [0, 1): held out below the cut."""
   digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
-  return int.from_bytes(digest[:8], "big") / 2.0**64 < heldout_fraction
+  return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def is_heldout(relative_path: str, heldout_fraction: float) -> bool:
+  """Stable split: ``heldout_score(path) < heldout_fraction``."""
+  return heldout_score(relative_path) < heldout_fraction
 
 
 def stdlib_files(root: str) -> list[str]:

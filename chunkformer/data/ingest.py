@@ -17,10 +17,15 @@ written into a temporary sibling directory that is renamed to DIR when complete:
 no half-written DIR, and ``--overwrite`` moves an existing DIR aside to
 ``DIR.replaced-<timestamp>`` (logged) instead of deleting it.
 
+One ingestion at a time writes DIR: it holds the lock file ``PARENT/.DIR.lock`` (``run_lock``;
+released when the process ends, however it ends), and a second one is refused in one line
+naming the first.
+
 Errors (``IngestError``, one line, before anything is written): a glob that matches nothing, a
 missing tokenizer, an existing DIR without ``--overwrite``; after reading: no document in a
-split. Files that are not UTF-8 (or JSONL lines that are not JSON objects with the field) are
-skipped and counted; the first few are named in the log and the manifest.
+split (naming the ``--heldout_fraction`` that would give each split one). Files that are not
+UTF-8 (or JSONL lines that are not JSON objects with the field) are skipped and counted; the
+first few are named in the log and the manifest.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import shutil
 import sys
@@ -40,6 +46,7 @@ import tqdm
 from absl import logging
 from array_record.python import array_record_module
 
+from chunkformer import run_lock
 from chunkformer.data import code
 from chunkformer.data import tokenizer as tokenizer_lib
 
@@ -165,8 +172,15 @@ def ingest_files(paths: Sequence[str], root: str, tokenizer_spec: str, output: s
   _check_output(output, overwrite)
   if not 0.0 < heldout_fraction < 1.0:
     raise IngestError(f"--heldout_fraction must lie in (0, 1), got {heldout_fraction}")
+  with run_lock.hold(run_lock.output_lock(output), "ingestion", what=f"--output {output!r}"):
+    _check_output(output, overwrite)  # again: the previous holder may have just written it
+    return _ingest_locked(paths, root, tok, tokenizer_spec, output, jsonl_field,
+                          heldout_fraction, command, progress)
+
+
+def _ingest_locked(paths, root, tok, tokenizer_spec, output, jsonl_field, heldout_fraction,
+                   command, progress) -> dict:
   parent = os.path.dirname(os.path.abspath(output))
-  os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
   try:
     manifest = _write(paths, root, tok, tokenizer_spec, staging, jsonl_field, heldout_fraction,
@@ -189,6 +203,7 @@ def _write(paths, root, tok, tokenizer_spec, directory, jsonl_field, heldout_fra
   skips = _Skips()
   began = time.perf_counter()
   pending: list[tuple[str, str]] = []
+  scores: list[float] = []  # code.heldout_score of every written document
 
   def flush():
     ids = ([tok.encode(t) for _, t in pending] if tok.backend is None else
@@ -196,7 +211,8 @@ def _write(paths, root, tok, tokenizer_spec, directory, jsonl_field, heldout_fra
                                                     add_special_tokens=False)])
     for (key, text), doc in zip(pending, ids, strict=True):
       if doc:
-        split = "heldout" if code.is_heldout(key, heldout_fraction) else "train"
+        scores.append(code.heldout_score(key))
+        split = "heldout" if scores[-1] < heldout_fraction else "train"
         writers[split].add(doc, len(text.encode("utf-8")))
     pending.clear()
 
@@ -218,9 +234,10 @@ def _write(paths, root, tok, tokenizer_spec, directory, jsonl_field, heldout_fra
                     ", ".join(skips.named))
   for split, w in writers.items():
     if not w.documents:
+      advice = _split_advice(split, scores, heldout_fraction)
       raise IngestError(
-          f"no document in split {split!r} ({len(paths)} files matched, {skips.count} skipped "
-          f"as undecodable, heldout_fraction {heldout_fraction}): an empty dataset is an error")
+          f"no document in split {split!r} ({len(scores)} documents from {len(paths)} files, "
+          f"{skips.count} skipped as undecodable): {advice}")
   tokenizer_info = {"spec": tokenizer_spec, "name": tok.name, "hash": tok.hash,
                     "vocab_size": tok.vocab_size, "bos_id": tok.bos_id}
   if tok.backend is not None:
@@ -242,6 +259,29 @@ def _write(paths, root, tok, tokenizer_spec, directory, jsonl_field, heldout_fra
   return manifest
 
 
+def _split_advice(split: str, scores: Sequence[float], heldout_fraction: float) -> str:
+  """What to change when ``split`` got no document: the --heldout_fraction that gives it one."""
+  rule = (f"a document is held out when a hash of its name, a fraction in [0, 1), falls below "
+          f"--heldout_fraction ({heldout_fraction:g})")
+  if len(scores) < 2:
+    return f"{rule}; two splits need at least two documents: add documents"
+  low, high = sorted(scores)[:2], sorted(scores)[-1]
+  if split == "heldout":  # the smallest cut above the lowest score, below the next one
+    cut = _round_between(low[0], low[1])
+    return f"{rule}; --heldout_fraction {cut:g} holds out one of these documents (or add more)"
+  cut = _round_between(sorted(scores)[-2], high)
+  return f"{rule}; --heldout_fraction {cut:g} keeps one of these documents for training"
+
+
+def _round_between(a: float, b: float) -> float:
+  """A short decimal in (a, b] (a < b): the cut the advice names."""
+  for digits in range(1, 17):
+    cut = math.ceil(a * 10**digits + 1e-12) / 10**digits
+    if a < cut <= b:
+      return cut
+  return b
+
+
 def ingest(pattern: str, tokenizer_spec: str, output: str, **kwargs) -> dict:
   """``ingest_files`` over the files matching ``pattern`` (``**`` recurses)."""
   tokenizer_lib.load(tokenizer_spec)  # bad tokenizer and bad output fail before the glob walks
@@ -255,8 +295,12 @@ def read_manifest(directory: str) -> dict:
   if not os.path.isfile(path):
     raise IngestError(f"{directory!r} holds no {MANIFEST}: not an ingested dataset (run "
                       "python -m chunkformer.data.ingest first)")
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise IngestError(f"{path!r} is not valid JSON ({e}): a damaged dataset, ingest it again "
+                      "with python -m chunkformer.data.ingest ... --overwrite") from None
 
 
 def dataset_tokenizer(directory: str, manifest: dict) -> tokenizer_lib.Tokenizer:
@@ -283,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     manifest = ingest(args.input, args.tokenizer, args.output, jsonl_field=args.jsonl_field,
                       heldout_fraction=args.heldout_fraction, overwrite=args.overwrite,
                       command=command)
-  except (IngestError, tokenizer_lib.TokenizerError) as e:
+  except (IngestError, tokenizer_lib.TokenizerError, run_lock.Locked) as e:
     sys.exit(f"error: {e}")
   for split, s in manifest["splits"].items():
     print(f"{split}: {s['documents']} documents, {s['tokens']} tokens, {s['bytes']} bytes, "

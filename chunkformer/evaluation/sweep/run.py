@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 from absl import logging
 
-from chunkformer import trainer
+from chunkformer import run_lock, trainer
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import trained as trained_lib
@@ -110,21 +110,40 @@ class PartOutcome:
   missing: list[str]  # variants without a current record (other shards still to run)
 
 
+def _unit_lock(variant: sweep_config.Variant, workdir: str) -> str:
+  """The lock of one unit (``run_lock``): its run directory if the sweep trains it (training
+  takes the same lock), else a file beside its record."""
+  if variant.train:
+    return run_lock.directory_lock(variant.workdir)
+  return run_lock.output_lock(record_path(workdir, variant.name))
+
+
+def _each_unit(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+               purpose: str, work) -> None:
+  """``work(variant)`` under each unit's lock; a unit another shard holds is done last, after
+  waiting for it (``run_lock.each_exclusive``)."""
+  run_lock.each_exclusive(variants, lambda v: _unit_lock(v, sweep.workdir), purpose, work,
+                          name=lambda v: f"sweep unit {v.name!r}")
+
+
 def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
   s = sweep.settings
   display = ProgressDisplay(s.name, [v for v in variants if not is_finished(v)])
-  for variant in variants:
-    if variant.name in display.names:
-      display.start(variant)
-      start = time.time()
-      final = trainer.train(variant.config, variant.workdir, progress=display)
-      _train_time(variant, time.time() - start)
-      if final.get("preempted"):
-        raise Interrupted(f"sweep variant {variant.name!r} stopped at step {final['step']} "
-                          "(preempted, checkpoint saved); rerun the same command to resume")
-    else:
+
+  def train(variant: sweep_config.Variant) -> None:
+    if variant.name not in display.names or is_finished(variant):  # maybe by another shard
       logging.info("[sweep %s] %r: finished run in %s, not retrained", s.name, variant.name,
                    variant.workdir)
+      return
+    display.start(variant)
+    start = time.time()
+    final = trainer.train(variant.config, variant.workdir, progress=display)
+    _train_time(variant, time.time() - start)
+    if final.get("preempted"):
+      raise Interrupted(f"sweep variant {variant.name!r} stopped at step {final['step']} "
+                        "(preempted, checkpoint saved); rerun the same command to resume")
+
+  _each_unit(sweep, [v for v in variants if v.train], "sweep training", train)
 
 
 def record_path(workdir: str, variant: str) -> str:
@@ -133,9 +152,16 @@ def record_path(workdir: str, variant: str) -> str:
 
 def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
               workdir: str) -> list[VariantRecord]:
-  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge."""
+  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge. A unit
+  another shard evaluated while this one waited for it is not evaluated again (not returned)."""
   records = []
-  for i, variant in enumerate(variants):
+
+  def evaluate(variant: sweep_config.Variant) -> None:
+    if stored_record(sweep, variant, workdir)[0] is not None:
+      logging.info("[sweep %s] %r: evaluated by another process meanwhile", sweep.settings.name,
+                   variant.name)
+      return
+    i = variants.index(variant)
     logging.info("[sweep %s] evaluating %d/%d %r", sweep.settings.name, i + 1, len(variants),
                  variant.name)
     start = time.time()
@@ -153,6 +179,8 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
     workdir_lib.write_text(path, json.dumps({"sweep_settings": settings, "record": stored},
                                           indent=1) + "\n")
     records.append(record)
+
+  _each_unit(sweep, variants, "sweep evaluation", evaluate)
   return records
 
 
@@ -233,6 +261,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
   fresh = _evaluate(sweep, [v for v in mine if stored[v.name] is None], workdir)
   evaluated = {r.name: r for r in fresh}
   evaluated.update({name: record for name, record in stored.items() if record is not None})
+  for variant in (v for v in mine if v.name not in evaluated):  # evaluated by another shard
+    if (record := stored_record(sweep, variant, workdir)[0]) is not None:  # while we waited
+      evaluated[variant.name] = record
   if shard is not None:
     others = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants
               if v.name not in evaluated}
@@ -242,8 +273,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
                    sweep.settings.name, shard, ", ".join(missing))
       return PartOutcome(shard, [r.name for r in fresh], missing)
     evaluated.update({name: record for name, (record, _) in others.items()})
-  return outputs.write(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
-                        began)
+  with _report_lock(workdir):
+    return outputs.write(sweep, workdir, [evaluated[v.name] for v in sweep.variants], command,
+                         began)
+
+
+def _report_lock(workdir: str):
+  """Shards finishing together write results.json, report.md and plots/ one after the other."""
+  return run_lock.hold(run_lock.directory_lock(workdir), "sweep report", wait=True,
+                       what=f"sweep {workdir!r}")
 
 
 def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
@@ -257,8 +295,9 @@ def merge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "")
   if missing:
     raise ConfigError(f"--merge: no current record in {workdir} for {', '.join(missing)}; run "
                       "their shards first (eval.py --config ... --shard i/n)")
-  return outputs.write(sweep, workdir, [found[v.name][0] for v in sweep.variants], command,
-                        began)
+  with _report_lock(workdir):
+    return outputs.write(sweep, workdir, [found[v.name][0] for v in sweep.variants], command,
+                         began)
 
 
 def rejudge(config: ml_collections.ConfigDict, workdir: str, *, command: str = "") -> Outcome:
