@@ -1,6 +1,7 @@
 """Windows W and strides S in the model: decoding, the Pallas kernels, the config's refusals."""
 
 import dataclasses
+import os
 
 import flax.linen as nn
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from chunkformer import decode
+from chunkformer import workdir as workdir_lib
 from chunkformer.config import AttentionConfig, Config, ConfigError, ModelConfig
 from chunkformer.model import Transformer
 
@@ -154,6 +156,20 @@ class WindowedModelTest(parameterized.TestCase):
     self.assertEqual(comp["wkv"]["kernel"].shape, (32, 2, 16))
     self.assertEqual(comp["ape"].shape, (4, 2, 16))
     self.assertEqual(set(comp), {"wkv", "wgate", "ape", "norm"})
+
+  def test_committed_run_records_read_back_as_the_compressor_they_trained(self):
+    # Records written before W, S and the gate options existed get today's defaults, which
+    # are the compressor they trained with: W = S, one shared map, vector gates, every entry
+    # normalised, the local window, RoPE from rope_fraction.
+    root = os.path.join(os.path.dirname(__file__), os.pardir, "results", "study")
+    for variant in ("fixed_m4_seed0", "fixed_m4_mean_seed0", "fixed_m8_seed0"):
+      recorded = workdir_lib.read_config(os.path.join(root, variant))
+      a = recorded.model.attention
+      self.assertEqual((a.window_tokens, a.stride, a.map_groups), (a.chunk_size,) * 2 + (1,))
+      self.assertEqual((a.gate, a.entry_norm, a.payload_norm, a.tail), ("vector", "all", False,
+                                                                        False))
+      self.assertEqual(recorded.model.rope_dim,
+                       int(round(recorded.model.head_dim * recorded.model.rope_fraction / 2)) * 2)
 
 
 if __name__ == "__main__":
