@@ -139,7 +139,7 @@ def fixed_times(level: str, t: int, chunk_size: int, repeats: int) -> tuple[floa
 
   def pool(module, kv, z):
     slots = module.slot_buffer(kv, chunks), module.slot_buffer(z, chunks)
-    pooled = module.pool_slots(*slots, chunks.valid_BxCxMxK, prev_valid=chunks.prev_valid_BxCxMxK)
+    pooled = module.pool_slots(*slots, chunks.window_valid_BxCxWxK)
     return module.finish(pooled, chunks.positions_BxCxK)
 
   def fixed(q, k, v, kv, z, ape, scale):

@@ -47,6 +47,8 @@ def _mean_keys(seq_len: int, attn: AttentionConfig) -> float:
   if attn.kind == "full":
     return float(np.mean(t + 1))
   window = np.minimum(attn.window, t + 1)
+  if attn.tail:  # the open chunk's tokens only
+    window = t % attn.chunk_size + 1
   if attn.kind == "window":
     return float(np.mean(window))
   entries = (t + 1) // attn.chunk_size  # chunks closed by t
@@ -60,13 +62,15 @@ def _compressor_flops(m: ModelConfig, a: AttentionConfig, seq_len: int) -> float
   if a.kind not in ("fixed", "dynamic"):
     return 0.0
   k, d = m.num_kv_heads, m.head_dim
-  r = d * (2 if a.overlap else 1)
+  groups = a.map_groups if a.kind == "fixed" else 1  # payload/gate maps (G)
+  windows = a.window_tokens / a.chunk_size if a.kind == "fixed" else 1  # W/S entries per token
+  r = d * groups
   per_stream = 2 * m.d_model * k * r  # wkv
   if a.pooling in ("gated", "gated_no_bias"):
-    per_stream += 2 * m.d_model * k * r  # wgate
-  per_stream += 2 * k * r * (2 if a.overlap else 1)  # weighted sum over slots, per token
+    per_stream += 2 * m.d_model * k * groups * (d if a.gate == "vector" else 1)  # wgate
+  per_stream += 2 * k * r * windows  # weighted sum over slots, per token
   if a.pooling == "mlp":
-    block = a.chunk_size * (2 if a.overlap else 1) * d
+    block = a.chunk_size * windows * d
     per_stream += 2 * k * (block * block + block * d) / a.chunk_size
   if m.key_shift:
     per_stream += 2 * (m.key_shift - 1) * m.d_model * k * r

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,17 @@ import kernels
 from chunkformer.compression.pooling import previous_chunk
 
 Array = jax.Array
+
+
+class Tail(NamedTuple):
+  """The uncompressed tail: raw tokens only of the query's own, still open chunk of S tokens.
+
+  Query t of kv head k sees raw key s iff ``t - (t + o) mod S <= s <= t`` (o = offsets[b, k],
+  the chunk boundaries' shift): exactly the tokens no visible entry covers yet.
+  """
+
+  stride: int  # S
+  offsets_BxK: Array
 
 
 def split_heads(q_BxTxHxD: Array, num_kv_heads: int) -> Array:
@@ -134,6 +146,7 @@ def _query_major(x_BxTxKx_: Array, n: int, p: int) -> Array:
 
 def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
                          segment_ids_BxT: Array, *, window: int,
+                         tail: Tail | None = None,
                          entry_k_BxCxKxD: Array | None = None,
                          entry_v_BxCxKxD: Array | None = None,
                          entry_ends_BxCxK: Array | None = None,
@@ -143,7 +156,8 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
                          sink_H: Array | None = None) -> Array:
   """o_BxTxHxD of one softmax over window keys and visible entries (see module docstring).
 
-  Query t sees raw key s iff ``t - W < s <= t`` in the same document (W = 0: none) and entry
+  Query t sees raw key s iff ``t - W < s <= t`` in the same document (W = 0: none; with a
+  ``tail``, W = S and only the keys of t's open chunk, see ``Tail``) and entry
   c iff ``entry_ends[c] <= t`` in the same document (and ``entry_select``, if given).
   ``entry_bias`` is added to the entry logits (the indexer's straight-through term).
   Scores are laid out B x K x N x G x P x keys (query block n, row p), so that every
@@ -153,6 +167,8 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   kh = k_BxTxKxD.shape[2]
   g = h // kh
   scale = d**-0.5
+  if tail is not None:
+    window = tail.stride
   p = max(min(window, t), 1)
   n = math.ceil(t / p)
   tp = n * p
@@ -178,7 +194,11 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
     mask = (delta >= 0) & (delta < window) & (key_index[:, None, :] >= 0)
     mask &= (key_index < t)[:, None, :]
     mask = mask[None] & (q_seg[..., None] == key_seg[:, :, None, :])  # B x N x P x S
-    parts.append((scores * scale, mask[:, None, :, None],
+    mask = mask[:, None]  # B x 1 x N x P x S
+    if tail is not None:  # keys of the query's open chunk only: delta <= (t + o) mod S
+      phase = (q_index[None, None] + tail.offsets_BxK[:, :, None, None]) % tail.stride
+      mask = mask & (delta[None, None] <= phase[..., None])  # B x K x N x P x S
+    parts.append((scores * scale, mask[:, :, :, None],
                   lambda w, vb=vb: jnp.einsum("bkngps,bknsd->bkngpd", w, vb.astype(w.dtype))))
 
   if entry_k_BxCxKxD is not None:
@@ -206,7 +226,8 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
 
 
 def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array, *,
-           window: int, entry_k_BxCxKxD: Array, entry_v_BxCxKxD: Array | None,
+           window: int, tail: Tail | None = None, entry_k_BxCxKxD: Array,
+           entry_v_BxCxKxD: Array | None,
            entry_ends_BxCxK: Array, entry_segment_ids_BxCxK: Array, sink_H: Array | None,
            implementation: str, interpret: bool, entry_select_BxTxKxC: Array | None = None,
            entry_bias_BxTxKxC: Array | None = None) -> Array:
@@ -214,18 +235,20 @@ def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT
 
   The kernels read one end (and document) per entry, so the kv heads' ends must agree there
   and there is no entry selection or bias: ``AttentionConfig.validate`` refuses per-head
-  stagger and top-k with a Pallas implementation.
+  stagger, top-k and the tail with a Pallas implementation.
   """
   if implementation == "xla":
     # Documents as contiguous runs, as kernels.chunk_attention reads them.
     run_BxT, entry_run_BxCxK = kernels.document_runs(segment_ids_BxT, entry_ends_BxCxK,
                                                     entry_segment_ids_BxCxK)
     return compressed_attention(
-        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, window=window,
+        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, window=window, tail=tail,
         entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
         entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_run_BxCxK,
         entry_select_BxTxKxC=entry_select_BxTxKxC, entry_bias_BxTxKxC=entry_bias_BxTxKxC,
         sink_H=sink_H)
+  if tail is not None:
+    raise ValueError("the uncompressed tail runs with implementation 'xla' only")
   ev = entry_k_BxCxKxD if entry_v_BxCxKxD is None else entry_v_BxCxKxD
   return kernels.chunk_attention(
       q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD, ev,

@@ -73,10 +73,12 @@ class FixedAttention(nn.Module):
     if not self.uses_entries:
       return {}
     m, a = self.model, self.attn
-    if a.shared_kv:
-      return {"kv": Compressor(m, a, token_shift=True, name="compressor")}
-    return {"k": Compressor(m, a, token_shift=True, name="key_compressor"),
-            "v": Compressor(m, a, token_shift=m.value_shift, name="value_compressor")}
+    keys_norm = a.entry_norm != "none"
+    if a.shared_kv:  # tied K/V: values are the normalised, rotated keys
+      return {"kv": Compressor(m, a, token_shift=True, normalise=keys_norm, name="compressor")}
+    return {"k": Compressor(m, a, token_shift=True, normalise=keys_norm, name="key_compressor"),
+            "v": Compressor(m, a, token_shift=m.value_shift, normalise=a.entry_norm == "all",
+                            name="value_compressor")}
 
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
@@ -124,7 +126,7 @@ class FixedAttention(nn.Module):
       if offsets is not None:
         self.sow("intermediates", "chunk_offsets", offsets)
       chunks = fixed_chunks(t, a.chunk_size, offsets, b, m.num_kv_heads, ctx.positions_BxT,
-                            ctx.segment_ids_BxT)
+                            ctx.segment_ids_BxT, a.window_tokens)
       for stream, comp in compressors.items():
         entries[stream] = comp.compress(x_BxTxE, chunks, ctx.segment_ids_BxT)
       ek = entries.get("kv", entries.get("k"))
@@ -139,7 +141,8 @@ class FixedAttention(nn.Module):
         else:
           select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
       o = compressed_core.attend(
-          q, k, v, ctx.segment_ids_BxT, window=a.window, entry_k_BxCxKxD=ek,
+          q, k, v, ctx.segment_ids_BxT, window=a.window, tail=self._tail(offsets, b),
+          entry_k_BxCxKxD=ek,
           entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,
           entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
           implementation=a.implementation, interpret=a.interpret, entry_select_BxTxKxC=select,
@@ -148,6 +151,15 @@ class FixedAttention(nn.Module):
     o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
                                              sink_H=sink_H)
     return o, entries
+
+  def _tail(self, offsets_BxK: Array | None, batch: int) -> compressed_core.Tail | None:
+    """The uncompressed tail's chunking (attn.tail), or None for the fixed local window."""
+    a = self.attn
+    if not a.tail:
+      return None
+    if offsets_BxK is None:
+      offsets_BxK = jnp.zeros((batch, self.model.num_kv_heads), jnp.int32)
+    return compressed_core.Tail(a.chunk_size, offsets_BxK)
 
   def _decode_select(self, qkv, indexer) -> fixed_cache.Select | None:
     """The indexer's top-k for one decoding step (kvcache/fixed.py calls it), or None."""

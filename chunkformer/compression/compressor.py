@@ -1,21 +1,31 @@
-"""The DeepSeek-V4 compressor: hidden states in, compressed entries out (one stream).
+"""The chunked compressor: hidden states in, compressed entries out (one stream).
+
+Entry j pools the W tokens ending at its chunk's last token, one entry every S tokens
+(S = ``attn.chunk_size``, W = ``attn.window_tokens``); offset i in 0..W-1 of the window has
+its own gate parameters and payload map where ``attn.offset_maps == "per_offset"``:
+s_{j,i} = Z_i h + b_i, alpha_{j,.} = softmax over the W offsets (per channel for the vector
+gate, one score per offset for the scalar gate), entry_j = sum_i alpha_{j,i} * C_i h.
+Maps are stored as G groups of channels (``pooling.select_groups``): G = 1 shares one map,
+G = 2 with W = 2S is DeepSeek-V4's CSA overlap, G = W gives every offset its own.
 
 Parameters (per layer, per stream; shared-KV attention has one stream, separate key/value
 compression two):
-- ``wkv/kernel`` E x K x R and ``wgate/kernel`` E x K x R: compressor values ``kv = x W_kv``
-  and gate logits ``z = x W_gate`` (R = c * D, c = 2 with overlap);
-- ``ape`` S x K x R: the learned slot bias (slot gain) of the gated pooling;
-- ``slot_embedding`` S x K x R, ``mlp_in`` K x (c'S * D) x F', ``mlp_out`` K x F' x D: the NSA-style
-  MLP pooling (intra-block position embedding added to every slot, then a 2-layer ReLU MLP over
-  the flattened block; F' = c'S * D, c' = 2 with overlap, as the usual NSA reference code);
-- ``norm/scale`` D: RMSNorm of the pooled entry; ``shift_*``: optional token shift of kv.
+- ``wkv/kernel`` E x K x (G*D) and ``wgate/kernel`` E x K x (G*g): payload values
+  ``kv = x C`` and gate logits ``z = x Z`` (g = D vector gate, 1 scalar gate);
+- ``ape`` (W/G) x K x (G*g): the learned per-offset gate bias b_i (``pooling.offset_table``);
+- ``slot_embedding`` (W/G) x K x (G*D), ``mlp_in`` K x (W*D) x (W*D), ``mlp_out``
+  K x (W*D) x D: the NSA-style MLP pooling (intra-block position embedding added to every
+  slot, then a 2-layer ReLU MLP over the flattened block);
+- ``payload_norm/scale`` D: optional RMSNorm of each token's payload (post-norm);
+- ``norm/scale`` D: RMSNorm of the pooled entry (``normalise``); ``shift_*``: optional token
+  shift of kv.
 
 The steps are separate methods so that other chunkings (the packed/dynamic path, decoding)
 reuse the same weights: ``project`` -> fill a slot buffer -> ``pool_slots`` -> ``finish``.
-``__call__`` runs them for fixed chunks of M tokens, optionally shifted by per-row, per-head
-offsets. Pass ``mutable=["intermediates"]`` to ``apply`` to get the realised pooling weights
-(``pool_weights``, B x C x S' x K, averaged over channels; S' = 2S with overlap, slots
-0..S-1 then being chunk i-1).
+``__call__`` runs them for fixed chunks, optionally shifted by per-row, per-head offsets.
+Pass ``mutable=["intermediates"]`` to ``apply`` to get the realised pooling weights
+(``pool_weights``, B x C x W x K, averaged over channels; with overlap slots 0..S-1 are the
+previous chunk).
 """
 
 from __future__ import annotations
@@ -44,18 +54,20 @@ Array = jax.Array
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class FixedChunks:
-  """Where fixed chunks of M tokens (boundaries shifted by an offset per row and head) lie.
+  """Where fixed chunks of S tokens (boundaries shifted by an offset per row and head) lie.
 
-  Entry j of kv head k in row b pools row indices ``j*M - o .. (j+1)*M - 1 - o``
-  (o = offsets[b, k]). Slots outside the row, or in another document than the chunk's last
-  token, are padding: a chunk spanning a document boundary becomes an entry of the later
-  document only, and the earlier document's tail tokens in it reach no entry (they stay
-  visible through the raw window). Chunks not finished inside the row have end >= T.
+  Chunk j of kv head k in row b holds row indices ``j*S - o .. (j+1)*S - 1 - o``
+  (o = offsets[b, k]); its entry pools the window of W tokens ending at the chunk's last token.
+  Slots outside the row, or in another document than the chunk's last token, are padding: a
+  window spanning a document boundary becomes an entry of the later document only, and the
+  earlier document's tail tokens in it reach no entry (they stay visible through the raw
+  window). Chunks not finished inside the row have end >= T.
   """
 
-  tok_BxCxMxK: Array  # row index of each slot (may be < 0 or >= T: padding)
-  valid_BxCxMxK: Array  # slot is a token of the chunk's document
-  prev_valid_BxCxMxK: Array  # same for chunk i-1 as seen by entry i (overlap)
+  tok_BxCxMxK: Array  # row index of each slot of the entry's own chunk (may be < 0 or >= T)
+  valid_BxCxMxK: Array  # own-chunk slot is a token of the chunk's document
+  window_tok_BxCxWxK: Array  # row index of each slot of the entry's window (last S = own chunk)
+  window_valid_BxCxWxK: Array  # window slot is a token of the entry's document
   ends_BxCxK: Array  # row index of the chunk's last token
   positions_BxCxK: Array  # RoPE position of the entry: its chunk's start position
   segment_ids_BxCxK: Array | None  # document of the entry (of its last token)
@@ -63,41 +75,41 @@ class FixedChunks:
 
 
 def num_fixed_chunks(seq_len: int, chunk_size: int) -> int:
-  """Chunks per row: ceil(T/M) covers every finished chunk for any offset in [0, M)."""
+  """Chunks per row: ceil(T/S) covers every finished chunk for any offset in [0, S)."""
   return math.ceil(seq_len / chunk_size)
 
 
 def fixed_chunks(seq_len: int, chunk_size: int, offsets_BxK: Array | None, batch: int,
                  num_kv_heads: int, positions_BxT: Array | None = None,
-                 segment_ids_BxT: Array | None = None) -> FixedChunks:
+                 segment_ids_BxT: Array | None = None, window: int = 0) -> FixedChunks:
   """The fixed-chunk layout of a row of ``seq_len`` tokens (see FixedChunks).
 
-  ``positions_BxT`` default to 0..T-1; an entry's RoPE position is the position of its last
-  token minus M - 1 (the chunk start i*M - o, which the padded first chunk puts below 0).
+  ``window`` is W (0 = chunk_size). ``positions_BxT`` default to 0..T-1; an entry's RoPE
+  position is the position of its last token minus S - 1 (the chunk start j*S - o, which the
+  padded first chunk puts below 0).
   """
   t, m = seq_len, chunk_size
+  w = window or m
   c = num_fixed_chunks(t, m)
   offsets = (jnp.zeros((batch, num_kv_heads), jnp.int32) if offsets_BxK is None
              else offsets_BxK.astype(jnp.int32))
-  tok = pooling.fixed_slot_tokens(c, m, offsets)
-  ends = tok[:, :, m - 1, :]
+  tok = pooling.fixed_slot_tokens(c, m, offsets, w)
+  ends = tok[:, :, w - 1, :]
   in_row = (tok >= 0) & (tok < t)
-  prev_in_row = tok - m >= 0
 
-  def at_tokens(x_BxT: Array, tok_BxCxMxK: Array) -> Array:
+  def at_tokens(x_BxT: Array, tok_BxCxWxK: Array) -> Array:
     return pooling.gather_slots(jnp.broadcast_to(x_BxT[:, :, None], (batch, t, num_kv_heads)),
-                                tok_BxCxMxK)
+                                tok_BxCxWxK)
 
   seg_end = None
   if segment_ids_BxT is not None:
     seg_end = at_tokens(segment_ids_BxT, ends[:, :, None, :])
     in_row &= at_tokens(segment_ids_BxT, tok) == seg_end
-    prev_in_row &= at_tokens(segment_ids_BxT, tok - m) == seg_end
   if positions_BxT is None:
     positions = ends - (m - 1)
   else:
     positions = at_tokens(positions_BxT, ends[:, :, None, :])[:, :, 0] - (m - 1)
-  return FixedChunks(tok, in_row, prev_in_row, ends, positions,
+  return FixedChunks(tok[:, :, w - m:], in_row[:, :, w - m:], tok, in_row, ends, positions,
                      None if seg_end is None else seg_end[:, :, 0], offsets_BxK)
 
 
@@ -107,98 +119,98 @@ class Compressor(nn.Module):
   model: ModelConfig
   attn: AttentionConfig
   token_shift: bool = False  # add the model's key token shift (width model.key_shift) to kv
-  num_slots: int = 0  # rows of the slot-bias / slot-embedding tables; 0 = attn.chunk_size
+  num_slots: int = 0  # slots of a window (dynamic kind: the longest chunk); 0 = the fixed W
+  normalise: bool = True  # RMSNorm of every pooled entry
 
   @property
   def slots(self) -> int:
-    return self.num_slots or self.attn.chunk_size
+    """W: slots of one window."""
+    return self.num_slots or self.attn.window_tokens
+
+  @property
+  def groups(self) -> int:
+    """G: payload/gate maps, each serving W/G consecutive offsets (1 for the dynamic kind)."""
+    return 1 if self.num_slots else self.attn.map_groups
 
   @property
   def width(self) -> int:
-    """R: compressor channels per kv head (2D with overlap)."""
-    return self.model.head_dim * (2 if self.attn.overlap else 1)
+    """R: compressor channels per kv head, G maps of D."""
+    return self.model.head_dim * self.groups
+
+  @property
+  def gate_width(self) -> int:
+    """Gate channels per kv head: G maps of D (vector gate) or of 1 (scalar gate)."""
+    return (self.model.head_dim if self.attn.gate == "vector" else 1) * self.groups
+
+  @property
+  def gated(self) -> bool:
+    return self.attn.pooling in ("gated", "gated_no_bias")
 
   def setup(self):
     m, a = self.model, self.attn
-    k, r, s = m.num_kv_heads, self.width, self.slots
+    k, r, rows = m.num_kv_heads, self.width, self.slots // self.groups
     names = ("embed", "kv_heads", "head_dim")
     self.wkv = Projection((k, r), names)
-    if a.pooling in ("gated", "gated_no_bias"):
-      self.wgate = Projection((k, r), names)
+    if self.gated:
+      self.wgate = Projection((k, self.gate_width), names)
     if a.pooling == "gated":
       # Zero init: every slot starts with the same gain; any slot preference is learned.
       self.ape = self.param("ape", nn.with_logical_partitioning(
-          nn.initializers.zeros, ("slots", "kv_heads", "head_dim")), (s, k, r))
+          nn.initializers.zeros, ("slots", "kv_heads", "head_dim")), (rows, k, self.gate_width))
     if a.pooling == "mlp":
-      block = s * (2 if a.overlap else 1) * m.head_dim
+      block = self.slots * m.head_dim
       self.slot_embedding = self.param("slot_embedding", nn.with_logical_partitioning(
-          nn.initializers.normal(stddev=0.02), ("slots", "kv_heads", "head_dim")), (s, k, r))
+          nn.initializers.normal(stddev=0.02), ("slots", "kv_heads", "head_dim")), (rows, k, r))
       self.mlp_in = self.param("mlp_in", nn.with_logical_partitioning(
           dense_init(block), ("kv_heads", "head_dim", "mlp")), (k, block, block))
       self.mlp_out = self.param("mlp_out", nn.with_logical_partitioning(
           dense_init(block), ("kv_heads", "mlp", "head_dim")), (k, block, m.head_dim))
     if self.token_shift and m.key_shift:
       self.shift = TokenShift(m.key_shift, (k, r))
-    self.norm = RMSNorm(axis_name="head_dim")
+    if a.payload_norm:
+      self.payload_norm = RMSNorm(axis_name="head_dim")
+    if self.normalise:
+      self.norm = RMSNorm(axis_name="head_dim")
 
   def project(self, x_BxTxE: Array, segment_ids_BxT: Array | None = None
               ) -> tuple[Array, Array | None]:
-    """kv_BxTxKxR and gate logits z_BxTxKxR (None for mean and MLP pooling)."""
+    """kv_BxTxKxR and gate logits z_BxTxKx(G*g) (None for mean and MLP pooling)."""
     kv = self.wkv(x_BxTxE)
     if self.token_shift and self.model.key_shift:
       kv = kv + self.shift(x_BxTxE, segment_ids_BxT)
-    z = self.wgate(x_BxTxE) if self.attn.pooling in ("gated", "gated_no_bias") else None
+    z = self.wgate(x_BxTxE) if self.gated else None
     return kv, z
 
   def slot_bias(self) -> Array | None:
-    """ape_SxKxR, the learned slot bias (None unless pooling == 'gated')."""
-    return self.ape if self.attn.pooling == "gated" else None
+    """ape_WxKxg, the learned per-offset gate bias (None unless pooling == 'gated')."""
+    if self.attn.pooling != "gated":
+      return None
+    return pooling.offset_table(self.ape, self.groups)
 
-  def pool_slots(self, kv_BxCxSxKxR: Array, z_BxCxSxKxR: Array | None, valid_BxCxSxK: Array,
-                 prev_kv: Array | None = None, prev_z: Array | None = None,
-                 prev_valid: Array | None = None) -> Array:
-    """Pools a slot buffer into pooled_BxCxKxD (before norm and RoPE).
+  def pool_slots(self, kv_BxCxSxKxR: Array, z_BxCxSxKxR: Array | None,
+                 valid_BxCxSxK: Array) -> Array:
+    """Pools a slot buffer of S <= W slots into pooled_BxCxKxD (before norm and RoPE).
 
-    Slot s uses slot-bias row s. With overlap, entry i also pools chunk i-1: ``prev_*`` give
-    chunk i-1's slots explicitly (decoding); by default they are the buffer shifted by one
-    chunk, with ``prev_valid`` (default: the shifted validity) masking them.
+    Slot s is offset s of the window: its map group's channels, bias and slot embedding.
     """
     a = self.attn
     s = kv_BxCxSxKxR.shape[2]
     if s > self.slots:
       raise ValueError(f"slot buffer has {s} slots, the compressor's tables {self.slots}")
-    scores = None
-    if a.pooling in ("gated", "gated_no_bias"):
-      scores = z_BxCxSxKxR.astype(jnp.float32)
-      if a.pooling == "gated":
-        scores = scores + self.ape[:s].astype(jnp.float32)
-    elif a.pooling == "mlp":
-      kv_BxCxSxKxR = kv_BxCxSxKxR + self.slot_embedding[:s].astype(kv_BxCxSxKxR.dtype)
-    valid = valid_BxCxSxK
-    if a.overlap:
-      if prev_kv is None:
-        prev_kv = pooling.previous_chunk(kv_BxCxSxKxR, 0)
-        prev_scores = None if scores is None else pooling.previous_chunk(scores, 0)
-      else:
-        if a.pooling == "mlp":
-          prev_kv = prev_kv + self.slot_embedding[:s].astype(prev_kv.dtype)
-        prev_scores = None
-        if scores is not None:
-          prev_scores = prev_z.astype(jnp.float32)
-          if a.pooling == "gated":
-            prev_scores = prev_scores + self.ape[:s].astype(jnp.float32)
-      if prev_valid is None:
-        prev_valid = pooling.previous_chunk(valid_BxCxSxK, False)
-      kv_BxCxSxKxR = pooling.overlap_slots(kv_BxCxSxKxR, prev_kv)
-      if scores is not None:
-        scores = pooling.overlap_slots(scores, prev_scores)
-      valid = jnp.concatenate([prev_valid, valid_BxCxSxK], axis=2)
+    g = self.groups
+    kv = pooling.select_groups(kv_BxCxSxKxR, g)
+    if a.payload_norm:
+      kv = self.payload_norm(kv)
     if a.pooling == "mean":
-      pooled, w_BxCxSxK = pooling.pool_mean(kv_BxCxSxKxR, valid)
+      pooled, w_BxCxSxK = pooling.pool_mean(kv, valid_BxCxSxK)
     elif a.pooling == "mlp":
-      pooled, w_BxCxSxK = self._mlp(kv_BxCxSxKxR, valid), None
+      embedding = pooling.offset_table(self.slot_embedding, g)[:s]
+      pooled, w_BxCxSxK = self._mlp(kv + embedding.astype(kv.dtype), valid_BxCxSxK), None
     else:
-      pooled, w = pooling.pool_gated(kv_BxCxSxKxR, scores, valid)
+      scores = pooling.select_groups(z_BxCxSxKxR, g).astype(jnp.float32)
+      if a.pooling == "gated":
+        scores = scores + self.slot_bias()[:s].astype(jnp.float32)
+      pooled, w = pooling.pool_gated(kv, scores, valid_BxCxSxK)
       w_BxCxSxK = jnp.mean(w, axis=-1)
     if w_BxCxSxK is not None:
       self.sow("intermediates", "pool_weights", w_BxCxSxK)
@@ -212,38 +224,41 @@ class Compressor(nn.Module):
     return jnp.einsum("bckg,kgd->bckd", h, self.mlp_out.astype(x.dtype))
 
   def finish(self, pooled_BxCxKxD: Array, positions_BxCxK: Array) -> Array:
-    """RMSNorm of each entry, then RoPE on its rope dims at its chunk's start position."""
+    """RMSNorm of each entry (``normalise``), then RoPE on its rope dims at its chunk's start."""
     b, c, k, d = pooled_BxCxKxD.shape
-    entries = self.norm(pooled_BxCxKxD)
+    entries = self.norm(pooled_BxCxKxD) if self.normalise else pooled_BxCxKxD
     rotated = apply_rope(entries.reshape(b, c * k, 1, d), positions_BxCxK.reshape(b, c * k),
                          layer_rope(self.model, self.attn))
     return rotated.reshape(b, c, k, d)
 
   def slot_buffer(self, x_BxTxK_: Array, chunks: FixedChunks) -> Array:
-    """Per-token x laid out as the fixed chunks' slot buffer, x_BxCxMxK_."""
-    if chunks.offsets_BxK is None:
-      return pooling.reshape_slots(x_BxTxK_, chunks.tok_BxCxMxK.shape[1], self.attn.chunk_size)
-    return pooling.gather_slots(x_BxTxK_, chunks.tok_BxCxMxK)
+    """Per-token x laid out as the fixed windows' slot buffer, x_BxCxWxK_."""
+    c, w = chunks.window_tok_BxCxWxK.shape[1:3]
+    if chunks.offsets_BxK is None and w == self.attn.chunk_size:
+      return pooling.reshape_slots(x_BxTxK_, c, w)
+    return pooling.gather_slots(x_BxTxK_, chunks.window_tok_BxCxWxK)
 
   def __call__(self, x_BxTxE: Array, positions_BxT: Array | None = None,
                segment_ids_BxT: Array | None = None, offsets_BxK: Array | None = None
                ) -> tuple[Array, Array]:
-    """Entries of fixed chunks: (entries_BxCxKxD, ends_BxCxK), C = ceil(T / M).
+    """Entries of fixed chunks: (entries_BxCxKxD, ends_BxCxK), C = ceil(T / S).
 
     Entry j of head k is visible to query t iff ``ends[j, k] <= t`` (same document); chunks
-    not finished inside the row have end >= T. ``offsets_BxK`` (in [0, M)) shift boundaries.
+    not finished inside the row have end >= T. ``offsets_BxK`` (in [0, S)) shift boundaries.
     """
     b, t, _ = x_BxTxE.shape
     chunks = fixed_chunks(t, self.attn.chunk_size, offsets_BxK, b, self.model.num_kv_heads,
-                          positions_BxT, segment_ids_BxT)
+                          positions_BxT, segment_ids_BxT, self.slots)
     return self.compress(x_BxTxE, chunks, segment_ids_BxT), chunks.ends_BxCxK
 
   def compress(self, x_BxTxE: Array, chunks: FixedChunks,
                segment_ids_BxT: Array | None = None) -> Array:
-    """entries_BxCxKxD of the given fixed-chunk layout."""
+    """entries_BxCxKxD of the given fixed-chunk layout (its window must be this W)."""
+    if chunks.window_tok_BxCxWxK.shape[2] != self.slots:
+      raise ValueError(f"chunk layout has windows of {chunks.window_tok_BxCxWxK.shape[2]} "
+                       f"tokens, the compressor pools {self.slots}")
     kv, z = self.project(x_BxTxE, segment_ids_BxT)
     kv_slots = self.slot_buffer(kv, chunks)
     z_slots = None if z is None else self.slot_buffer(z, chunks)
-    pooled = self.pool_slots(kv_slots, z_slots, chunks.valid_BxCxMxK,
-                             prev_valid=chunks.prev_valid_BxCxMxK)
+    pooled = self.pool_slots(kv_slots, z_slots, chunks.window_valid_BxCxWxK)
     return self.finish(pooled, chunks.positions_BxCxK)

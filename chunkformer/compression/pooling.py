@@ -1,14 +1,16 @@
-"""Pooling of slot buffers into entries: the arithmetic of DeepSeek-V4's compressor.
+"""Pooling of slot buffers into entries: the arithmetic of the chunked compressor.
 
-A *slot buffer* lays the tokens of C chunks out as S slots per chunk, per key/value head:
-``kv_BxCxSxKxR`` (R = c * D compressor channels, c = 2 with overlap), gate logits of the same
-shape and ``valid_BxCxSxK`` (False for padding: slots before the row start or of another
-document). Fixed chunking fills it by a reshape (or a gather when chunk boundaries are shifted
-by an offset); any other chunking can fill it the same way and reuse everything below.
+A *slot buffer* lays out the W tokens that each of C entries pools, per key/value head:
+``kv_BxCxWxKxR`` (R = G * D: every token projected by each of the G payload maps), gate logits
+of the same layout (G * g channels: g = D for vector gates, 1 for scalar ones) and
+``valid_BxCxWxK`` (False for padding: slots before the row start or of another document).
+Fixed chunking fills it by a reshape (W = S, no offset) or a gather; any other chunking can fill
+it the same way and reuse everything below.
 
-Overlap (DeepSeek CSA): entry i pools 2S slots, the first half of the R channels of chunk i-1
-in slots 0..S-1 and the second half of chunk i in slots S..2S-1, so that every token feeds two
-entries through different channels (and slot biases). Chunk -1 is padding.
+Offset i of a window uses map group ``i // (W / G)`` (``select_groups``): G = 1 is one map for
+all offsets, G = W the paper's C_i per offset, and G = 2 with W = 2S DeepSeek's CSA overlap
+(offsets 0..S-1, the previous chunk, read the first channel half, S..2S-1 the second), so
+every token feeds two entries through different channels.
 """
 
 from __future__ import annotations
@@ -39,20 +41,39 @@ def previous_chunk(x_BxCx_: Array, fill) -> Array:
   return jnp.pad(x_BxCx_, pad, constant_values=fill)[:, :-1]
 
 
-def overlap_slots(cur_BxCxSxKxR: Array, prev_BxCxSxKxR: Array) -> Array:
-  """The 2S overlapped slots of width R/2: [first channel half of chunk i-1, second of i]."""
-  half = cur_BxCxSxKxR.shape[-1] // 2
-  return jnp.concatenate([prev_BxCxSxKxR[..., :half], cur_BxCxSxKxR[..., half:]], axis=2)
+def select_groups(x_BxCxWxKxR: Array, groups: int) -> Array:
+  """x_BxCxWxKx(R/G): offset i keeps channel group ``i // (W / G)`` of its R = G * g channels."""
+  if groups == 1:
+    return x_BxCxWxKxR
+  w, r = x_BxCxWxKxR.shape[2], x_BxCxWxKxR.shape[-1]
+  x = x_BxCxWxKxR.reshape(x_BxCxWxKxR.shape[:-1] + (groups, r // groups))
+  group_W = jnp.arange(w) // (w // groups)
+  idx = group_W.reshape(1, 1, w, 1, 1, 1)
+  return jnp.take_along_axis(x, idx, axis=4)[..., 0, :]
 
 
-def pool_gated(kv_BxCxSxKxD: Array, scores_BxCxSxKxD: Array,
+def offset_table(table_RxKxGg: Array, groups: int) -> Array:
+  """table_WxKxg: a per-offset table stored as (W/G) rows x K x (G * g) channels.
+
+  Offset i = group * (W/G) + row reads row ``row`` of its group's channels, so the stored
+  layout of G = 1 (one row per offset) and of the CSA overlap (S rows, two channel halves)
+  is the one DeepSeek-V4 checkpoints use.
+  """
+  rows, k, gg = table_RxKxGg.shape
+  t = table_RxKxGg.reshape(rows, k, groups, gg // groups)
+  return jnp.moveaxis(t, 2, 0).reshape(groups * rows, k, gg // groups)
+
+
+def pool_gated(kv_BxCxSxKxD: Array, scores_BxCxSxKxG: Array,
                valid_BxCxSxK: Array) -> tuple[Array, Array]:
   """sum_s softmax_s(scores)[s, c] * kv[s, c], the softmax over slots taken per channel c.
 
-  Returns (pooled_BxCxKxD in kv's dtype, weights_BxCxSxKxD in float32).
+  Scores have D channels (vector gate) or one (scalar gate: every channel shares the score).
+  Returns (pooled_BxCxKxD in kv's dtype, weights_BxCxSxKxG in float32).
   """
-  w = masked_softmax(scores_BxCxSxKxD, valid_BxCxSxK[..., None], axis=2)
-  pooled = jnp.einsum("bcskd,bcskd->bckd", w, kv_BxCxSxKxD.astype(jnp.float32))
+  w = masked_softmax(scores_BxCxSxKxG, valid_BxCxSxK[..., None], axis=2)
+  w_full = jnp.broadcast_to(w, kv_BxCxSxKxD.shape)
+  pooled = jnp.einsum("bcskd,bcskd->bckd", w_full, kv_BxCxSxKxD.astype(jnp.float32))
   return pooled.astype(kv_BxCxSxKxD.dtype), w
 
 
@@ -67,15 +88,19 @@ def pool_mean(kv_BxCxSxKxD: Array, valid_BxCxSxK: Array) -> tuple[Array, Array]:
   return pooled.astype(kv_BxCxSxKxD.dtype), w
 
 
-def fixed_slot_tokens(num_chunks: int, chunk_size: int, offsets_BxK: Array) -> Array:
-  """tok_BxCxMxK: the row index held by slot s of chunk j, ``j*M + s - offset``.
+def fixed_slot_tokens(num_chunks: int, chunk_size: int, offsets_BxK: Array,
+                      window: int = 0) -> Array:
+  """tok_BxCxWxK: the row index held by slot s of entry j, ``j*S + S - W + s - offset``.
 
-  With offset o the chunk boundaries move o tokens to the left: chunk 0 covers [-o, M - o)
-  and its first o slots are padding (negative index). Offsets lie in [0, M).
+  Entry j's window is the W tokens ending at its chunk's last token ``(j+1)*S - 1 - offset``
+  (W = 0: S, the chunk alone). With offset o the boundaries move o tokens to the left: chunk 0
+  covers [-o, S - o); slots before the row start are padding (negative index). Offsets lie in
+  [0, S).
   """
+  w = window or chunk_size
   j = jnp.arange(num_chunks)[:, None, None]
-  s = jnp.arange(chunk_size)[None, :, None]
-  return (j * chunk_size + s)[None] - offsets_BxK[:, None, None, :]
+  s = jnp.arange(w)[None, :, None]
+  return (j * chunk_size + chunk_size - w + s)[None] - offsets_BxK[:, None, None, :]
 
 
 def gather_slots(x_BxTxKx_: Array, tok_BxCxMxK: Array) -> Array:

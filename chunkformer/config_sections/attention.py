@@ -9,6 +9,9 @@ from kernels.implementation import IMPLEMENTATIONS  # one list, owned by the ker
 
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
+GATES = ("vector", "scalar")  # gated pooling: one score per channel | one per offset and token
+OFFSET_MAPS = ("shared", "per_offset")  # payload/gate maps: one (per overlap half) | one per offset
+ENTRY_NORMS = ("all", "keys", "none")  # RMSNorm of pooled entries: key and value | key | none
 BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
 ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
@@ -25,6 +28,15 @@ class AttentionConfig:
   chunk_size: int = 4  # M: tokens pooled into one entry (dynamic: target mean chunk length)
   pooling: str = "gated"  # gated | gated_no_bias | mean | mlp
   overlap: bool = False  # DeepSeek CSA: each entry pools 2M slots across two chunks
+  # The compressor's window (kind fixed): an entry pools the W tokens ending at its chunk's last
+  # token, one entry every chunk_size = S tokens (the stride). 0 = S, or 2S with overlap
+  # (CSA is W = 2S with one map per half).
+  compress_window: int = 0
+  offset_maps: str = "shared"  # shared | per_offset: each offset i its own payload/gate map
+  gate: str = "vector"  # vector (one score per channel, DeepSeek-V4) | scalar (one per offset)
+  payload_norm: bool = False  # RMSNorm of every token's payload after its map (post-norm)
+  entry_norm: str = "all"  # all | keys | none: which pooled entries get an RMSNorm
+  tail: bool = False  # raw tokens: only the current incomplete chunk (needs window = 0)
   shared_kv: bool = True  # one compressed vector serves as key and value (DeepSeek MQA)
   sink: bool = False  # learned per-head sink logit (value zero) in the softmax
   topk: int = 0  # attend only to the top-k entries by an indexer score; 0 = all entries
@@ -63,6 +75,10 @@ class AttentionConfig:
     one_of(self.implementation, IMPLEMENTATIONS, f"{field}.implementation")
     one_of(self.layout, LAYOUTS, f"{field}.layout")
     one_of(self.indexer, INDEXERS, f"{field}.indexer")
+    one_of(self.gate, GATES, f"{field}.gate")
+    one_of(self.offset_maps, OFFSET_MAPS, f"{field}.offset_maps")
+    one_of(self.entry_norm, ENTRY_NORMS, f"{field}.entry_norm")
+    self._validate_compressor_window(field, num_kv_heads)
     if self.layout == "deepseek_v4":
       require(self.kind in ("window", "fixed", "dynamic"), f"{field}.layout",
               f"'deepseek_v4' serves kinds window, fixed and dynamic, not {self.kind!r}")
@@ -141,6 +157,48 @@ class AttentionConfig:
       require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.stagger",
               f"per-head chunk offsets run only with implementation 'xla', "
               f"not {self.implementation!r}")
+
+  def _validate_compressor_window(self, field: str, num_kv_heads: int) -> None:
+    s = self.chunk_size
+    require(self.compress_window >= 0, f"{field}.compress_window",
+            f"the window W must be >= 1 (0 = chunk_size), got {self.compress_window}")
+    if self.compress_window:
+      require(self.compress_window >= s, f"{field}.compress_window",
+              f"the window W = {self.compress_window} must be >= the stride chunk_size = {s}")
+      require(not self.overlap or self.compress_window == 2 * s, f"{field}.compress_window",
+              f"overlap is W = 2 * chunk_size = {2 * s}, got {self.compress_window}")
+    general = (self.compress_window, self.offset_maps != "shared", self.gate != "vector",
+               self.payload_norm, self.tail)
+    if self.kind == "dynamic" and any(general):
+      names = ("compress_window", "offset_maps", "gate", "payload_norm", "tail")
+      bad = next(n for n, on in zip(names, general, strict=True) if on)
+      require(False, f"{field}.{bad}", "a fixed-kind compressor option, not for kind 'dynamic'")
+    if self.tail:
+      require(self.window == 0, f"{field}.tail",
+              f"the uncompressed tail replaces the fixed local window; set window = 0, "
+              f"got window = {self.window}")
+      require(self.implementation == "xla", f"{field}.tail",
+              f"the tail's raw-token mask runs with implementation 'xla', "
+              f"not {self.implementation!r}")
+      require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.tail",
+              "the tail follows one chunking shared by the kv heads (stagger 'heads' differs)")
+
+  @property
+  def stride(self) -> int:
+    """S: tokens between consecutive entries of the fixed kind (chunk_size)."""
+    return self.chunk_size
+
+  @property
+  def window_tokens(self) -> int:
+    """W: tokens one fixed-kind entry pools (the last S of them are its own chunk)."""
+    return self.compress_window or self.chunk_size * (2 if self.overlap else 1)
+
+  @property
+  def map_groups(self) -> int:
+    """G: distinct payload/gate maps over the W offsets, each serving W/G consecutive offsets."""
+    if self.offset_maps == "per_offset":
+      return self.window_tokens
+    return 2 if self.overlap else 1
 
   @property
   def shortest_chunk(self) -> int:

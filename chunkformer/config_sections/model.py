@@ -25,6 +25,7 @@ class ModelConfig:
   mlp_dim: int = 512  # SwiGLU hidden width
   rope: bool = True  # rotary position embedding on queries, keys and entries
   rope_fraction: float = 1.0  # fraction of head_dim that rotates (partial rotary)
+  rope_dims: int = 0  # rotating channels per head, even, <= head_dim; 0 = from rope_fraction
   rope_base: float = 10000.0
   qk_norm: bool = True  # RMSNorm per head on queries and keys (Qwen3)
   norm_eps: float = 1e-6  # epsilon of the block, final and QK RMSNorms (Qwen3's rms_norm_eps)
@@ -50,7 +51,11 @@ class ModelConfig:
   @property
   def rope_dim(self) -> int:
     """Rotating channels per head (even)."""
-    return int(round(self.head_dim * self.rope_fraction / 2)) * 2 if self.rope else 0
+    if not self.rope:
+      return 0
+    if self.rope_dims:
+      return self.rope_dims
+    return int(round(self.head_dim * self.rope_fraction / 2)) * 2
 
   def layer_attention(self, layer: int) -> AttentionConfig:
     return self.layers[layer]
@@ -78,6 +83,10 @@ class ModelConfig:
         f"must divide d_model ({self.d_model}), got {self.num_heads}",
     )
     require(0.0 <= self.rope_fraction <= 1.0, "model.rope_fraction", "must lie in [0, 1]")
+    require(self.rope_dims >= 0 and self.rope_dims % 2 == 0, "model.rope_dims",
+            f"RoPE rotates channel pairs: must be even and >= 0, got {self.rope_dims}")
+    require(self.rope_dims <= self.head_dim, "model.rope_dims",
+            f"must be <= head_dim ({self.head_dim}), got {self.rope_dims}")
     require(self.key_shift >= 0, "model.key_shift", "must be >= 0 (0 = off)")
     require(not self.query_shift or self.key_shift > 1, "model.query_shift",
             f"uses the width of model.key_shift, which must be >= 2; got {self.key_shift}")

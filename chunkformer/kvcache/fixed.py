@@ -1,20 +1,21 @@
 """Decoding cache of the ``window`` and ``fixed`` kinds: a compressed KV cache and its step.
 
 Per layer (all arrays of static shape, see ``init_state``):
-- ``ring_k``/``ring_v`` B x W x K x D, ``ring_pos`` W: the last W raw keys/values (after RoPE);
+- ``ring_k``/``ring_v`` B x W x K x D, ``ring_pos`` W: the last raw keys/values (after RoPE):
+  the local window's W tokens, or with ``attn.tail`` the S tokens that can be in the tail;
 - ``entries_{s}`` B x C x K_s x D_s per compressor stream s (``kv``, or ``k`` and ``v``; plus
   ``index``, the lightning indexer's own entries, K_s = 1, D_s = ``index_head_dim``): closed
-  entries, entry j of kv head k at index j (C = max_len // M + 1 covers every offset);
-- ``cur_kv_{s}``/``cur_z_{s}`` B x M x K_s x R_s and ``cur_valid`` M x K: the open chunk's
-  buffered compressor values and gate logits (its partial pooling state); with overlap also
-  ``prev_*``, the last closed chunk, which the next entry pools as well;
+  entries, entry j of kv head k at index j (C = max_len // S + 1 covers every offset);
+- ``win_kv_{s}``/``win_z_{s}`` B x W' x K_s x R_s and ``win_pos`` W': the compressor values
+  and gate logits of the last W' tokens (W' = the compressor's window), token t at slot
+  t mod W', ``win_pos`` its index (-1: empty);
 - ``index`` and ``x_hist`` (see chunkformer/kvcache/common.py).
-A step appends one token; when it is the last of a chunk (``(t + offset + 1) mod M == 0`` per
-kv head) the chunk is pooled exactly as in the forward pass and written as entry j. Offsets are
-the layer's static ones (random phases are a training-only augmentation); the index stream
-uses kv head 0's offset, as the indexer's forward pass. Then one ``kernels.decode_attention``
-call attends over the ring and the entries; per-kv-head visibility (staggered heads, the
-indexer's top-k) goes in as its ``entry_visible_BxCxK`` mask.
+A step appends one token; when it is the last of a chunk (``(t + offset + 1) mod S == 0`` per
+kv head) the window of the W' tokens ending at t is pooled exactly as in the forward pass and
+written as entry j. Offsets are the layer's static ones (random phases are a training-only
+augmentation); the index stream uses kv head 0's offset, as the indexer's forward pass. Then
+one ``kernels.decode_attention`` call attends over the ring and the entries; per-kv-head
+visibility (staggered heads, the indexer's top-k) goes in as its ``entry_visible_BxCxK`` mask.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from chunkformer.compression import Compressor, pooling, static_offsets
+from chunkformer.compression import Compressor, static_offsets
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.context import AttentionContext
 from chunkformer.kvcache import common as cache_lib
@@ -54,27 +55,31 @@ def entry_capacity(max_len: int, chunk_size: int) -> int:
   return max_len // chunk_size + 1
 
 
+def raw_tokens(attn: AttentionConfig) -> int:
+  """Raw keys/values the ring holds: the local window, or S for the uncompressed tail."""
+  return attn.chunk_size if attn.tail else attn.window
+
+
 def init_state(model: ModelConfig, attn: AttentionConfig, layer: int, batch: int, max_len: int,
                uses_entries: bool) -> dict[str, Array]:
   del layer
   state = cache_lib.init_common(model, batch)
-  if attn.window:
-    state.update(cache_lib.init_ring(model, batch, attn.window))
+  if raw_tokens(attn):
+    state.update(cache_lib.init_ring(model, batch, raw_tokens(attn)))
   if not uses_entries:
     return state
-  m = attn.chunk_size
+  w = attn.window_tokens
   dtype = jnp.dtype(model.dtype)
   gated = attn.pooling in ("gated", "gated_no_bias")
   for s, (k, d) in streams(model, attn).items():
-    r = d * (2 if attn.overlap else 1)
-    state[f"entries_{s}"] = jnp.zeros((batch, entry_capacity(max_len, m), k, d), dtype)
-    for buf in ("cur", "prev") if attn.overlap else ("cur",):
-      state[f"{buf}_kv_{s}"] = jnp.zeros((batch, m, k, r), dtype)
-      if gated:
-        state[f"{buf}_z_{s}"] = jnp.zeros((batch, m, k, r), dtype)
-  state["cur_valid"] = jnp.zeros((m, model.num_kv_heads), bool)
-  if attn.overlap:
-    state["prev_valid"] = jnp.zeros((m, model.num_kv_heads), bool)
+    g = attn.map_groups
+    state[f"entries_{s}"] = jnp.zeros((batch, entry_capacity(max_len, attn.chunk_size), k, d),
+                                      dtype)
+    state[f"win_kv_{s}"] = jnp.zeros((batch, w, k, g * d), dtype)
+    if gated:
+      gate_width = g * (d if attn.gate == "vector" else 1)
+      state[f"win_z_{s}"] = jnp.zeros((batch, w, k, gate_width), dtype)
+  state["win_pos"] = jnp.full((w,), -1, jnp.int32)
   return state
 
 
@@ -107,73 +112,55 @@ def prefill_state(model: ModelConfig, attn: AttentionConfig, layer: int,
   """
   t = x_BxTxE.shape[1]
   new = dict(state)
-  if attn.window:
+  if raw_tokens(attn):
     new = cache_lib.ring_fill(new, k_BxTxKxD, v_BxTxKxD)
   if compressors:
-    m = attn.chunk_size
-    offsets = _offsets(model, attn, layer)
-    # Slots of the chunk holding token T (still open) and of the chunk before it.
-    tok_MxK = ((t + offsets) // m * m)[None] + jnp.arange(m)[:, None] - offsets[None]
-    new["cur_valid"] = (tok_MxK >= 0) & (tok_MxK < t)
-    if attn.overlap:
-      new["prev_valid"] = tok_MxK - m >= 0
-    b = x_BxTxE.shape[0]
-    zeros = jnp.zeros((b, t), jnp.int32)
+    w = attn.window_tokens
+    r = jnp.arange(w)
+    tau = t - 1 - (t - 1 - r) % w  # the last prompt token of each slot (token tau at tau mod W)
+    new["win_pos"] = jnp.where(tau >= 0, tau, -1).astype(jnp.int32)
+    src = jnp.clip(tau, 0, t - 1)
+    zeros = jnp.zeros(x_BxTxE.shape[:2], jnp.int32)
     for s, comp in compressors.items():
       new[f"entries_{s}"] = jax.lax.dynamic_update_slice_in_dim(
           state[f"entries_{s}"], entries[s].astype(state[f"entries_{s}"].dtype), 0, axis=1)
-      kv, z = comp.project(x_BxTxE, zeros)
-      for buf, tok in (("cur", tok_MxK), ("prev", tok_MxK - m)):
-        if f"{buf}_kv_{s}" not in state:
-          continue
-        tok = tok[:, :kv.shape[2]]  # the index stream (one head) follows kv head 0
-        tok_B1MK = jnp.broadcast_to(tok[None, None], (b, 1) + tok.shape)
-        new[f"{buf}_kv_{s}"] = pooling.gather_slots(kv, tok_B1MK)[:, 0]
-        if z is not None:
-          new[f"{buf}_z_{s}"] = pooling.gather_slots(z, tok_B1MK)[:, 0]
+      for name, value in zip(("kv", "z"), comp.project(x_BxTxE, zeros), strict=True):
+        if value is not None:
+          new[f"win_{name}_{s}"] = value[:, src].astype(state[f"win_{name}_{s}"].dtype)
   return cache_lib.advance(new, x_BxTxE)
 
 
 def _close_chunks(model, attn, layer, compressors, x_win, state, new) -> None:
-  """Buffers token t's compressor values; pools and writes the chunks that close at t."""
+  """Buffers token t's compressor values; pools and writes the windows whose chunk closes at t."""
   t = state["index"]
-  m = attn.chunk_size
+  m, w = attn.chunk_size, attn.window_tokens
   offsets_K = _offsets(model, attn, layer)
   b = x_win.shape[0]
-  cur_valid_MxK = state["cur_valid"] | (jnp.arange(m)[:, None] == ((t + offsets_K) % m)[None])
+  slot = t % w
+  new["win_pos"] = state["win_pos"].at[slot].set(t)
+  # Offset i of the window ending at t is token t - W + 1 + i, held at slot (that token) mod W.
+  tok_W = t - w + 1 + jnp.arange(w)
+  order_W = tok_W % w
+  valid_W = (tok_W >= 0) & (new["win_pos"][order_W] == tok_W)
   for s, comp in compressors.items():
     kv, z = comp.project(x_win)
     kh = kv.shape[2]  # K, or 1 for the index stream (kv head 0's chunks)
-    slot_K = (t + offsets_K[:kh]) % m
-    fill_MxK = jnp.arange(m)[:, None] == slot_K[None]
-    closing_K = slot_K == m - 1
-    cur_valid = cur_valid_MxK[:, :kh]
+    closing_K = (t + offsets_K[:kh]) % m == m - 1
     capacity = state[f"entries_{s}"].shape[1]
     write_CxK = (jnp.arange(capacity)[:, None] == ((t + offsets_K[:kh]) // m)[None]) & closing_K
-    cur = {}
+    window = {}
     for name, value in (("kv", kv), ("z", z)):
       if value is not None:
-        cur[name] = jnp.where(fill_MxK[None, :, :, None], value[:, -1:],
-                              state[f"cur_{name}_{s}"])
-    prev = {}
-    if attn.overlap:
-      prev = dict(prev_kv=state[f"prev_kv_{s}"][:, None],
-                  prev_z=state[f"prev_z_{s}"][:, None] if "z" in cur else None,
-                  prev_valid=jnp.broadcast_to(state["prev_valid"][:, :kh], (b, 1, m, kh)))
-    pooled = comp.pool_slots(cur["kv"][:, None], cur["z"][:, None] if "z" in cur else None,
-                             jnp.broadcast_to(cur_valid, (b, 1, m, kh)), **prev)
+        buf = jax.lax.dynamic_update_slice_in_dim(
+            state[f"win_{name}_{s}"], value[:, -1:].astype(state[f"win_{name}_{s}"].dtype),
+            slot, axis=1)
+        new[f"win_{name}_{s}"] = buf
+        window[name] = buf[:, order_W][:, None]  # B x 1 x W x K x R, offsets in order
+    pooled = comp.pool_slots(window["kv"], window.get("z"),
+                             jnp.broadcast_to(valid_W[None, None, :, None], (b, 1, w, kh)))
     entry = comp.finish(pooled, jnp.broadcast_to(t - (m - 1), (b, 1, kh)))
     new[f"entries_{s}"] = jnp.where(write_CxK[None, :, :, None], entry.astype(
         state[f"entries_{s}"].dtype), state[f"entries_{s}"])
-    for name, value in cur.items():
-      new[f"cur_{name}_{s}"] = value
-      if attn.overlap:
-        new[f"prev_{name}_{s}"] = jnp.where(closing_K[None, None, :, None], value,
-                                            state[f"prev_{name}_{s}"])
-  closing_K = (t + offsets_K) % m == m - 1
-  new["cur_valid"] = cur_valid_MxK & ~closing_K[None]
-  if attn.overlap:
-    new["prev_valid"] = jnp.where(closing_K[None], cur_valid_MxK, state["prev_valid"])
 
 
 def step(model: ModelConfig, attn: AttentionConfig, layer: int, parts: Parts, x_Bx1xE: Array,
@@ -184,10 +171,14 @@ def step(model: ModelConfig, attn: AttentionConfig, layer: int, parts: Parts, x_
   t = state["index"]
   new = dict(state)
   b, kh, d = q.shape[0], model.num_kv_heads, model.head_dim
-  if attn.window:
+  if raw_tokens(attn):
     new = cache_lib.ring_write(new, k, v)
     ring_k, ring_v = new["ring_k"], new["ring_v"]
-    ring_valid = jnp.broadcast_to(new["ring_pos"] >= 0, ring_k.shape[:2])
+    ring_valid = new["ring_pos"] >= 0
+    if attn.tail:  # the open chunk's tokens only (the kv heads share one chunking)
+      phase = (t + _offsets(model, attn, layer)[0]) % attn.chunk_size
+      ring_valid &= new["ring_pos"] >= t - phase
+    ring_valid = jnp.broadcast_to(ring_valid, ring_k.shape[:2])
   else:  # no raw tokens: a zero-slot window (every implementation takes W = 0)
     ring_k = ring_v = jnp.zeros((b, 0, kh, d), q.dtype)
     ring_valid = jnp.zeros((b, 0), bool)

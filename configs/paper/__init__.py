@@ -1,0 +1,1 @@
+"""The pretraining sweep of the periodic weak-spots study (see runs.py)."""

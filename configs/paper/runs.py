@@ -1,0 +1,149 @@
+"""The pretraining sweep of the periodic weak-spots study: one entry per run of its table.
+
+Every run is the same decoder (Qwen3-0.6B's shape at size ``paper``) with one attention
+setting. The compressed default: windows of W tokens every S tokens (``chunk_size`` = S,
+``compress_window`` = W), one payload map, gate and gate bias per offset
+(``offset_maps = per_offset``), scalar gates, separate key and value compressors, Q/K RMSNorm
+(compressed keys normalised, compressed values not), RoPE on every channel, and a local window
+of 16 exact tokens. Each ablation changes that default in the fields it names.
+
+Sizes (``SIZES``): ``paper`` (28 layers, width 1024, 16 query heads of dim 128, Qwen3-0.6B's
+vocabulary) and ``cpu`` (4 layers, width 128, 8 query heads of dim 16, byte vocabulary) that
+trains in minutes on two cores; ``tiny`` is the test size. Sizes change only ``SIZE_FIELDS``;
+RoPE on a fraction of the head (16 of 128 channels) keeps that fraction at every size.
+The data is the offline byte-level ``code`` task at every size; point ``data`` at a corpus
+(``--config.data.task=corpus --config.data.path=DIR``) for a real pretraining run, and vary
+``seed`` for the replicated W8/S8 run.
+"""
+
+from configs import base
+
+LOCAL_WINDOW = 16  # exact tokens every query of a compressed model sees besides the entries
+PAPER_HEAD_DIM = 128
+
+# Field overrides per run, on top of the compressed default (``_compressed``) or, for the
+# full-attention controls, of the plain decoder. Keys are dotted config paths; "rope_of_128"
+# is RoPE channels out of 128, scaled to the size's head dim.
+_FULL = {"model.attention.kind": "full"}
+
+
+def _compressed(w: int, s: int, kv: int, **changes) -> dict:
+  run = {
+      "model.attention.kind": "fixed",
+      "model.attention.chunk_size": s,
+      "model.attention.compress_window": w,
+      "model.attention.offset_maps": "per_offset",
+      "model.attention.gate": "scalar",
+      "model.attention.pooling": "gated",
+      "model.attention.shared_kv": False,
+      "model.attention.entry_norm": "keys",
+      "model.attention.window": LOCAL_WINDOW,
+      "model.num_kv_heads": kv,
+  }
+  run.update(changes)
+  return run
+
+
+def _w8s8(kv: int = 1, **changes) -> dict:
+  return _compressed(8, 8, kv, **changes)
+
+
+# The DeepSeek-V4 compressor: CSA's overlap (W = 2S, one map per half), vector gates, tied
+# K/V, RoPE on 16 of 128 channels.
+_DSV4 = {"model.attention.compress_window": 0, "model.attention.overlap": True,
+         "model.attention.offset_maps": "shared", "model.attention.gate": "vector",
+         "model.attention.shared_kv": True, "model.attention.entry_norm": "all",
+         "rope_of_128": 16}
+
+RUNS: dict[str, dict] = {
+    "full_1kv": dict(_FULL, **{"model.num_kv_heads": 1}),
+    "full_4kv": dict(_FULL, **{"model.num_kv_heads": 4}),
+    "full_8kv": dict(_FULL, **{"model.num_kv_heads": 8}),
+    "w8s8_1kv": _w8s8(),
+    "w4s4_1kv": _compressed(4, 4, 1),
+    "w8s4_1kv": _compressed(8, 4, 1),
+    "w8s6_1kv": _compressed(8, 6, 1),
+    "w12s12_1kv": _compressed(12, 12, 1),
+    "w8s8_2kv": _w8s8(2),
+    "w8s8_4kv": _w8s8(4),
+    "w8s8_8kv": _w8s8(8),
+    "w8s8_1kv_tied_kv": _w8s8(**{"model.attention.shared_kv": True}),
+    "w8s8_1kv_uniform": _w8s8(**{"model.attention.pooling": "mean"}),
+    "w8s8_1kv_uniform_tied_kv_post_norm": _w8s8(**{
+        "model.attention.pooling": "mean", "model.attention.shared_kv": True,
+        "model.attention.payload_norm": True}),
+    "w8s8_1kv_vector": _w8s8(**{"model.attention.gate": "vector"}),
+    "w8s8_1kv_no_qk_norm": _w8s8(**{"model.qk_norm": False,
+                                    "model.attention.entry_norm": "none"}),
+    "w8s8_1kv_no_gate_bias": _w8s8(**{"model.attention.pooling": "gated_no_bias"}),
+    "w8s8_1kv_nope": _w8s8(**{"model.rope": False}),
+    "w8s8_1kv_rope16": _w8s8(rope_of_128=16),
+    "w8s8_1kv_tail": _w8s8(**{"model.attention.window": 0, "model.attention.tail": True}),
+    "w8s8_8kv_tail": _w8s8(8, **{"model.attention.window": 0, "model.attention.tail": True}),
+    "w8s4_dsv4_kernel": _compressed(8, 4, 1, **_DSV4),
+    "w8s4_dsv4_kernel_scalar": _compressed(8, 4, 1, **dict(_DSV4, **{
+        "model.attention.gate": "scalar"})),
+}
+
+SIZES: dict[str, dict] = {
+    "paper": {
+        "model.vocab_size": 151936, "model.num_layers": 28, "model.d_model": 1024,
+        "model.num_heads": 16, "model.head_dim": 128, "model.mlp_dim": 3072,
+        "model.dtype": "bfloat16", "model.remat": "full", "model.scan_layers": True,
+        "data.seq_len": 4096, "data.batch_size": 64, "train.steps": 20000,
+        "train.learning_rate": 3e-4, "train.warmup_steps": 1000, "train.log_every": 20,
+        "train.eval_every": 1000, "train.eval_batches": 4, "train.checkpoint_every": 1000,
+        "mesh.fsdp": -1,
+    },
+    "cpu": {
+        "model.vocab_size": 260, "model.num_layers": 4, "model.d_model": 128,
+        "model.num_heads": 8, "model.head_dim": 16, "model.mlp_dim": 384,
+        "model.dtype": "float32", "model.remat": "none", "model.scan_layers": False,
+        "data.seq_len": 256, "data.batch_size": 8, "train.steps": 300,
+        "train.learning_rate": 2e-3, "train.warmup_steps": 30, "train.log_every": 25,
+        "train.eval_every": 100, "train.eval_batches": 2, "train.checkpoint_every": 100,
+        "mesh.fsdp": 1,
+    },
+    "tiny": {
+        "model.vocab_size": 260, "model.num_layers": 1, "model.d_model": 32,
+        "model.num_heads": 8, "model.head_dim": 16, "model.mlp_dim": 64,
+        "model.dtype": "float32", "model.remat": "none", "model.scan_layers": False,
+        "data.seq_len": 48, "data.batch_size": 2, "train.steps": 20,
+        "train.learning_rate": 1e-2, "train.warmup_steps": 2, "train.log_every": 10,
+        "train.eval_every": 20, "train.eval_batches": 1, "train.checkpoint_every": 20,
+        "mesh.fsdp": 1,
+    },
+}
+
+# The fields sizes may change (and the RoPE channels, a fixed fraction of the head dim).
+SIZE_FIELDS = frozenset(SIZES["paper"]) | {"model.rope_dims"}
+
+
+def _set(c, path: str, value) -> None:
+  *parents, leaf = path.split(".")
+  node = c
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+
+
+def get_run_config(run: str, size: str = "cpu"):
+  """The ConfigDict of ``run`` (a key of RUNS) at ``size`` (a key of SIZES)."""
+  if run not in RUNS:
+    raise ValueError(f"paper run {run!r}: expected one of {', '.join(RUNS)}")
+  if size not in SIZES:
+    raise ValueError(f"config argument {size!r}: expected a size, one of {', '.join(SIZES)}")
+  c = base.get_config()
+  c.model.qk_norm = True
+  c.model.rope_base = 1e6
+  c.model.tie_embeddings = True
+  c.data.task = "code"
+  c.train.weight_decay = 0.1
+  for path, value in SIZES[size].items():
+    _set(c, path, value)
+  for path, value in RUNS[run].items():
+    if path == "rope_of_128":
+      _set(c, "model.rope_dims", value * c.model.head_dim // PAPER_HEAD_DIM)
+    else:
+      _set(c, path, value)
+  return c

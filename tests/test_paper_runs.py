@@ -1,0 +1,119 @@
+"""configs/paper/: one config per run of the study's pretraining sweep, at two sizes."""
+
+import glob
+import importlib.util
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from chunkformer import config as config_lib
+from chunkformer import objective, train_state
+from chunkformer.model import Transformer
+from configs.paper import runs
+
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: 23 small train steps
+
+PAPER_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "paper")
+
+
+def _flat(tree, prefix=""):
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _config(run, size):
+  return config_lib.from_dict(runs.get_run_config(run, size).to_dict())
+
+
+def _load_file(path, arg=None):
+  spec = importlib.util.spec_from_file_location("paper_run", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config() if arg is None else module.get_config(arg)
+
+
+def test_every_run_has_its_file_and_every_file_is_a_run():
+  files = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PAPER_DIR, "*.py"))}
+  assert files - {"__init__", "runs"} == set(runs.RUNS)
+  for run in runs.RUNS:
+    path = os.path.join(PAPER_DIR, f"{run}.py")
+    assert _load_file(path).to_dict() == runs.get_run_config(run, "cpu").to_dict()
+    assert _load_file(path, "paper").to_dict() == runs.get_run_config(run, "paper").to_dict()
+
+
+@pytest.mark.parametrize("run", sorted(runs.RUNS))
+def test_the_two_sizes_differ_only_in_size_fields(run):
+  paper = _flat(config_lib.to_dict(_config(run, "paper")))
+  cpu = _flat(config_lib.to_dict(_config(run, "cpu")))
+  differ = {k for k in paper if paper[k] != cpu[k]}
+  assert differ <= runs.SIZE_FIELDS, sorted(differ - runs.SIZE_FIELDS)
+  # The paper size is Qwen3-0.6B's shape.
+  m = _config(run, "paper").model
+  assert (m.num_layers, m.d_model, m.num_heads, m.head_dim) == (28, 1024, 16, 128)
+
+
+def test_runs_set_what_their_names_say():
+  w, s = {}, {}
+  for run in runs.RUNS:
+    a = _config(run, "paper").model.attention
+    w[run], s[run] = (a.window_tokens, a.stride) if a.kind == "fixed" else (0, 0)
+  assert (w["w8s6_1kv"], s["w8s6_1kv"]) == (8, 6)
+  assert (w["w12s12_1kv"], s["w12s12_1kv"]) == (12, 12)
+  assert (w["w8s4_dsv4_kernel"], s["w8s4_dsv4_kernel"]) == (8, 4)
+  default = _config("w8s8_1kv", "paper")
+  a = default.model.attention
+  assert (a.gate, a.offset_maps, a.shared_kv, a.window, a.tail, a.map_groups) == (
+      "scalar", "per_offset", False, 16, False, 8)
+  assert default.model.rope_dim == 128 and default.model.qk_norm
+  assert _config("w8s8_1kv_rope16", "paper").model.rope_dim == 16
+  assert _config("w8s8_1kv_nope", "paper").model.rope_dim == 0
+  tail = _config("w8s8_8kv_tail", "paper")
+  assert (tail.model.attention.tail, tail.model.attention.window, tail.model.num_kv_heads) == (
+      True, 0, 8)
+  dsv4 = _config("w8s4_dsv4_kernel", "paper").model.attention
+  assert (dsv4.overlap, dsv4.gate, dsv4.shared_kv, dsv4.map_groups) == (True, "vector", True, 2)
+  assert _config("full_4kv", "paper").model.attention.kind == "full"
+
+
+def _train_losses(config, steps):
+  """Losses of ``steps`` updates of the run's optimiser on one batch of the code task's ids."""
+  model = Transformer(config.model)
+  t, b = config.data.seq_len, config.data.batch_size
+  rng = np.random.default_rng(0)
+  tokens = jnp.asarray(rng.integers(0, config.model.vocab_size, (b, t + 1)), jnp.int32)
+  batch = dict(inputs=tokens[:, :-1], targets=tokens[:, 1:],
+               segment_ids=jnp.zeros((b, t), jnp.int32),
+               positions=jnp.broadcast_to(jnp.arange(t), (b, t)),
+               loss_mask=jnp.ones((b, t), jnp.float32))
+  shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), tokens[:, :-1])["params"])
+  params = jax.tree_util.tree_map(
+      lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.1, s.dtype), shapes)
+  tx = train_state.make_optimizer(config.train)
+
+  def step(carry, i):
+    params, opt_state = carry
+    grads, sums = jax.grad(lambda p: objective.loss_fn(p, model, batch, jax.random.key(i)),
+                           has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), sums["loss_sum"] / sums["count"]
+
+  run = jax.jit(lambda p: jax.lax.scan(step, (p, tx.init(p)), jnp.arange(steps))[1])
+  return np.asarray(run(params))
+
+
+@pytest.mark.parametrize("run", sorted(runs.RUNS))
+def test_every_paper_run_trains_20_steps_at_the_tiny_size(run):
+  config = _config(run, "tiny")
+  losses = _train_losses(config, config.train.steps)
+  assert losses.shape == (20,) and np.all(np.isfinite(losses))
+  assert losses[-1] < losses[0] - 0.1, losses  # it learns the batch
