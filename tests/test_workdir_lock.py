@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from chunkformer import evaluate, run_lock, trainer
+from chunkformer import heldout, run_lock, trainer
 from chunkformer.config import from_dict
 from chunkformer.data import code
 from configs import smoke
@@ -126,14 +126,14 @@ def test_evaluating_a_run_another_process_holds_is_refused_unless_unfinished_is_
     with pytest.raises(run_lock.Locked, match=rf"^workdir {workdir!r} is in use by pid "
                        rf"{holder.pid} .*\(training\): wait for it to finish, or pass "
                        "--allow_unfinished"):
-      evaluate.evaluate_checkpoint(workdir)
-    peek = evaluate.evaluate_checkpoint(workdir, allow_unfinished=True)  # reads, unlocked
+      heldout.evaluate_checkpoint(workdir)
+    peek = heldout.evaluate_checkpoint(workdir, allow_unfinished=True)  # reads, unlocked
   finally:
     holder.kill()
     holder.wait()
     holder.stdout.close()
   assert peek["step"] == 6 and peek["finished"]
-  assert evaluate.evaluate_checkpoint(workdir) == peek  # the holder is gone: read under the lock
+  assert heldout.evaluate_checkpoint(workdir) == peek  # the holder is gone: read under the lock
 
 
 SWEEP = '''
