@@ -74,7 +74,7 @@ def evaluate_checkpoint(workdir: str, num_batches: int | None = None,
   under the reader. ``allow_unfinished`` reads without the lock, the newest checkpoint of a run
   another process may still be training.
   """
-  workdir_lib.require_directory(workdir)
+  workdir_lib.read_config(workdir)  # not a run (e.g. a sweep): refused before any lock file
   lock = (contextlib.nullcontext() if allow_unfinished else workdir_lib.locked(
       workdir, "evaluation", reader=True,
       advice="wait for it to finish, or pass --allow_unfinished to evaluate its newest "
