@@ -544,3 +544,9 @@ def test_fixed_multi_token_record_carries_split_labels_and_init_slot_gains(tmp_p
   for init, trained in zip(record.slot_gain_init, record.slot_gain, strict=True):
     np.testing.assert_allclose(init.realised_weight, trained.realised_weight, rtol=1e-6)
   assert VariantRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+
+
+def test_a_sweep_finds_its_variant_configs_from_any_working_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # notebooks run from notebooks/, scripts from anywhere
+  config = sweep_config.load_config_file("configs/kv_chunk.py", "variants.x.config")
+  assert config.model.attention.kind == "fixed"

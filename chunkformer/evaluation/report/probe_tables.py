@@ -29,11 +29,11 @@ def sections(records: Sequence[VariantRecord]) -> str:
               "agreement (min) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
     for r in probes:
       p, a = r.prefix_probe, r.prefix_probe.analysis
-      agreement = p.boundary_agreement_by_prefix
+      agreement = p.worst_boundary_agreement
       lines.append(f"| {r.name} | 0..{a.offsets[-1]} | {a.mean_accuracy.value:.3f} | "
                    f"{a.max_gap:.3f} | {a.periodic_share:.3f} | "
                    f"{a.detected_period or 'none'} | {a.p_value:.3g} | "
-                   f"{'-' if agreement is None else f'{min(agreement):.3f}'} |")
+                   f"{'-' if agreement is None else f'{agreement:.3f}'} |")
   gains = [r for r in records if r.slot_gain]
   if gains:
     lines += ["", "## Slot gains (preferred phase = weight centre of mass in the chunk)", "",

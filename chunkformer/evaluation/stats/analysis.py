@@ -293,6 +293,12 @@ class PrefixAnalysis:
   # its JSON form, kept as written).
   needle_phases: Mapping[str, Any] | None = None
 
+  @property
+  def worst_boundary_agreement(self) -> float | None:
+    """The lowest boundary agreement over the prefix lengths (None for fixed models)."""
+    agreement = self.boundary_agreement_by_prefix
+    return None if agreement is None else min(agreement)
+
   def to_json(self) -> Json:
     out = {**self.analysis.to_json(), "token_accuracy_by_prefix":
            list(self.token_accuracy_by_prefix)}

@@ -36,7 +36,8 @@ from chunkformer.evaluation.probes import needle_sweep, prefix_probe
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+  os.path.abspath(__file__)))))  # chunkformer/evaluation/sweep/config.py -> the repository
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 COMPRESSED_KINDS = ("fixed", "dynamic")
 
