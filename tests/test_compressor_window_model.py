@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-from chunkformer import decode
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import AttentionConfig, Config, ConfigError, ModelConfig
 from chunkformer.model import Transformer
+from tests import decoding
 
 V, T = 32, 19
 
@@ -70,13 +70,8 @@ class WindowedModelTest(parameterized.TestCase):
     model = Transformer(config)
     params = _params(model)
     tokens = _tokens()
-    expected = jax.jit(model.apply)({"params": params}, tokens)
-    logits, cache = decode.prefill(model, params, tokens[:, :prompt_len], T)
-    got = [logits]
-    for t in range(prompt_len, T):
-      step_logits, cache = decode.step(model, params, cache, tokens[:, t:t + 1])
-      got.append(step_logits[:, None])
-    np.testing.assert_allclose(jnp.concatenate(got, axis=1), expected, atol=1e-5, rtol=1e-5)
+    got, expected, _ = decoding.decoded_and_forward(model, params, tokens, prompt_len, T)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
 
   def test_pallas_interpret_equals_xla_for_general_windows(self):
     # The kernels read entries with one end each; a window of W tokens every S is such an

@@ -16,24 +16,15 @@ import os
 import pytest
 
 from chunkformer import config as config_lib
+from chunkformer.evaluation.sweep.config import flatten
 from configs import base
 
 SNAPSHOT = os.path.join(os.path.dirname(__file__), "data", "config_snapshots.json")
 
 
-def _flat(tree, prefix=""):
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flat(value, f"{prefix}{key}."))
-    else:
-      out[prefix + key] = value
-  return out
-
-
 def _as_json(config):
   """The config as JSON reads it back (tuples become lists), flattened to dotted fields."""
-  return _flat(json.loads(json.dumps(config.to_dict())))
+  return flatten(json.loads(json.dumps(config.to_dict())))
 
 
 def _load(name):
@@ -55,7 +46,7 @@ def test_the_snapshot_covers_the_six_configs_that_share_the_task_and_schedule_bl
 @pytest.mark.parametrize("name", sorted(_SNAPSHOTS))
 def test_config_resolves_to_its_snapshot(name):
   config = _load(name)
-  expected = _flat(json.loads(json.dumps(base.get_config().to_dict())))
+  expected = flatten(json.loads(json.dumps(base.get_config().to_dict())))
   unknown = set(_SNAPSHOTS[name]) - set(expected)
   assert not unknown, f"{name}: snapshot fields unknown to configs/base.py: {sorted(unknown)}"
   expected.update(_SNAPSHOTS[name])

@@ -11,6 +11,7 @@ from absl.testing import absltest, parameterized
 from chunkformer import decode
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.model import Transformer
+from tests import decoding
 
 V, T = 32, 18  # prompt + steps cross the chunk boundaries at tokens 7, 11 and 15 (M = 4)
 
@@ -77,13 +78,8 @@ class DecodeTest(parameterized.TestCase):
     model = Transformer(config)
     params = _params(model)
     tokens = _tokens()
-    expected = jax.jit(model.apply)({"params": params}, tokens)
-    logits, cache = decode.prefill(model, params, tokens[:, :prompt_len], T)
-    got = [logits]
-    for t in range(prompt_len, T):
-      step_logits, cache = decode.step(model, params, cache, tokens[:, t:t + 1])
-      got.append(step_logits[:, None])
-    np.testing.assert_allclose(jnp.concatenate(got, axis=1), expected, atol=1e-5, rtol=1e-5)
+    got, expected, cache = decoding.decoded_and_forward(model, params, tokens, prompt_len, T)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
     self.assertEqual(int(decode.cache_index(cache)), T)
     return model, params, tokens, expected, cache
 

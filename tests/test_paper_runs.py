@@ -13,22 +13,13 @@ import pytest
 
 from chunkformer import config as config_lib
 from chunkformer import objective, train_state
+from chunkformer.evaluation.sweep.config import flatten
 from chunkformer.model import Transformer
 from configs.paper import runs
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: 23 small train steps
 
 PAPER_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "paper")
-
-
-def _flat(tree, prefix=""):
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flat(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
 
 
 def _config(run, size):
@@ -53,8 +44,8 @@ def test_every_run_has_its_file_and_every_file_is_a_run():
 
 @pytest.mark.parametrize("run", sorted(runs.RUNS))
 def test_the_two_sizes_differ_only_in_size_fields(run):
-  paper = _flat(config_lib.to_dict(_config(run, "paper")))
-  cpu = _flat(config_lib.to_dict(_config(run, "cpu")))
+  paper = flatten(config_lib.to_dict(_config(run, "paper")))
+  cpu = flatten(config_lib.to_dict(_config(run, "cpu")))
   differ = {k for k in paper if paper[k] != cpu[k]}
   assert differ <= runs.SIZE_FIELDS, sorted(differ - runs.SIZE_FIELDS)
   # The paper size is Qwen3-0.6B's shape.
