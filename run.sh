@@ -2,7 +2,7 @@
 # One entry point that sets itself up: creates (or reuses) ./.venv, installs the pinned
 # dependencies when requirements.lock / setup.cfg change, then runs the requested job.
 #   ./run.sh demo        train two full-attention controls, fixed M=4 and three cures, run the
-#                        periodicity sweep, write runs/demo/report.md and plots (6 min 36 s measured
+#                        periodicity sweep, write runs/demo/report.md and plots (13 min 27 s measured
 #                        on 2 CPU cores, environment installed; results/demo/RUN.md)
 #   ./run.sh test        lint + the whole test suite, notebooks included (what CI runs)
 #   ./run.sh python ...  any command inside the environment
