@@ -265,11 +265,11 @@ def _split_advice(split: str, scores: Sequence[float], heldout_fraction: float) 
           f"--heldout_fraction ({heldout_fraction:g})")
   if len(scores) < 2:
     return f"{rule}; two splits need at least two documents: add documents"
-  low, high = sorted(scores)[:2], sorted(scores)[-1]
+  ordered = sorted(scores)
   if split == "heldout":  # the smallest cut above the lowest score, below the next one
-    cut = _round_between(low[0], low[1])
+    cut = _round_between(ordered[0], ordered[1])
     return f"{rule}; --heldout_fraction {cut:g} holds out one of these documents (or add more)"
-  cut = _round_between(sorted(scores)[-2], high)
+  cut = _round_between(ordered[-2], ordered[-1])
   return f"{rule}; --heldout_fraction {cut:g} keeps one of these documents for training"
 
 

@@ -48,8 +48,9 @@ def judge(records: Sequence[VariantRecord], matrices: correctness.Loader | None,
   matrices (``correctness.loader``), ``loss_rows`` its loss rows (``loss_rows.loader``)."""
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   pooled = pooling.pooled_records(records, matrices, **resampling)
-  lines = judgments.decide(records, pooled)
-  claims = registry.decide(records, matrices, pooled=pooled, **resampling)
+  found = registry.evidence(records, matrices, pooled=pooled, **resampling)
+  lines = judgments.verdict_lines(found.judgments, found.pooled_judgments)  # judged once
+  claims = registry.decide_on(found)
   code = loss_signatures.code_accuracies(records)
   signatures = None
   if loss_rows is not None and code:

@@ -321,11 +321,15 @@ def judge(records: Sequence[Record]) -> list[Judgment]:
 def decide(records: Sequence[Record], pooled: Mapping[str, Record] | None = None) -> list[str]:
   """Verdict lines for the claims the sweep's variants can test (module docstring), then
   those of the seed-pooled records of variants with several seeds (``pooling``)."""
-  lines = [j.line for j in judge(records)]
-  if pooled:
-    lines += [j.line for j in judge(list(pooled.values()))
-              if j.records and pooling.POOLED_SUFFIX in j.records[0].name]
-  return lines
+  return verdict_lines(judge(records), judge(list(pooled.values())) if pooled else None)
+
+
+def verdict_lines(judged: Sequence[Judgment],
+                  pooled_judged: Sequence[Judgment] | None) -> list[str]:
+  """``decide``'s lines from judgments already made (``judge`` of the records, and of their
+  seed-pooled records or None): those of every trained model, then of the pooled records."""
+  return [j.line for j in judged] + [j.line for j in pooled_judged or ()
+                                     if j.records and pooling.POOLED_SUFFIX in j.records[0].name]
 
 
 def slot_gain_claim(records: Sequence[Record]) -> combine.Claim:

@@ -86,5 +86,9 @@ def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | No
 def decide(records: Sequence[VariantRecord], matrices: correctness.Loader | None = None,
            **kwargs) -> list[Claim]:
   """Every claim of ``CLAIMS`` in its order (kwargs: ``evidence``'s)."""
-  found = evidence(records, matrices, **kwargs)
+  return decide_on(evidence(records, matrices, **kwargs))
+
+
+def decide_on(found: Evidence) -> list[Claim]:
+  """Every claim of ``CLAIMS`` in its order, on evidence already gathered."""
   return [claim(found) for claim in CLAIMS.values()]

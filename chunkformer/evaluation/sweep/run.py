@@ -166,9 +166,9 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
                  variant.name)
     start = time.time()
     record = unit.evaluate(trained_lib.load(variant.workdir), variant, sweep,
-                                   os.path.join(workdir, PLOTS_DIR),
-                                   correctness.path_for(workdir, variant.name),
-                                   loss_rows.path_for(workdir, variant.name))
+                           os.path.join(workdir, PLOTS_DIR),
+                           correctness.path_for(workdir, variant.name),
+                           loss_rows.path_for(workdir, variant.name))
     record = dataclasses.replace(record, eval_wall_s=time.time() - start,
                                  train_wall_s=_train_time(variant))
     path = record_path(workdir, variant.name)
