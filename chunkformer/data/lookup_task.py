@@ -1,0 +1,218 @@
+"""The position-matched lookup task: records, demonstrations, a target key; answer its value.
+
+A prompt of T tokens (``seq_len``; it is the model's input row, nothing follows it)::
+
+  [BOS]  record region  filler  demonstrations  target key
+         k v k v ...     one    k v k v (D)     at T - 1 (the query position, the same always)
+
+R records (``num_records``) each a single-token key directly followed by a single-token value
+(keys distinct within a prompt), laid out in the record region with ``F`` filler tokens around
+them; then D demonstrations (``num_demos``): D other records repeated in the same format, then
+the target key. The answer is the token after the target's key in the records: the model's
+greedy prediction at T - 1 is scored against it over the full vocabulary.
+
+The target key's position t_K is drawn per residue group r = t_K mod ``modulus`` from
+``matched_positions`` (every group: the same mean and variance of t_K, ``prompts_per_residue``
+prompts). Padding modes place the records around it:
+- ``prefix``: the records are one contiguous block after P filler tokens; P shifts all of them
+  together, so every distractor key sits at a fixed distance from the target (its phase moves
+  in lockstep with the target's);
+- ``in_sequence``: the F filler tokens are split into R + 1 random gaps (before, between and
+  after the records) with the gaps before the target summing to what t_K needs; distractor
+  phases then vary independently of the target's (``lockstep`` measures it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from chunkformer.data import matched_positions
+
+PADDINGS = ("prefix", "in_sequence")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompts:
+  """Prompts of one test, in residue order (all of residue 0, then 1, ...)."""
+
+  tokens: np.ndarray  # int32 [N, T]: the model's input rows
+  answer_positions: tuple[int, ...]  # input positions whose predictions are scored (fixed)
+  answers: np.ndarray  # int32 [N, len(answer_positions)]: the right next tokens there
+  target_positions: np.ndarray  # int64 [N]: t_K, the target key's (first token's) position
+  residues: np.ndarray  # int64 [N]: t_K mod modulus
+  modulus: int
+  record_positions: np.ndarray | None = None  # int64 [N, R]: every record key's position
+
+  def rows(self) -> dict[str, np.ndarray]:
+    """The predictor's rows: one document per row, positions 0..T-1."""
+    n, t = self.tokens.shape
+    return {"inputs": self.tokens,
+            "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (n, t)).copy(),
+            "segment_ids": np.zeros((n, t), np.int32)}
+
+  def correct(self, predictions_NxT: np.ndarray) -> np.ndarray:
+    """bool [N]: every scored position predicted right."""
+    picked = np.asarray(predictions_NxT)[:, list(self.answer_positions)]
+    return np.all(picked == self.answers, axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupSpec:
+  seq_len: int
+  keys: tuple[int, ...]  # single-token key ids
+  values: tuple[int, ...]  # single-token value ids
+  filler: int
+  bos: int | None = None  # first token of every prompt, if any
+  num_records: int = 64
+  num_demos: int = 8
+  modulus: int = 24
+  prompts_per_residue: int = 576
+  padding: str = "prefix"
+
+  @property
+  def start(self) -> int:
+    return 0 if self.bos is None else 1
+
+  @property
+  def region_end(self) -> int:
+    """End (exclusive) of the record region: a filler token, then the demonstrations."""
+    return self.seq_len - 2 - 2 * self.num_demos
+
+  @property
+  def free_filler(self) -> int:
+    """F: filler tokens of the record region around the records."""
+    return self.region_end - self.start - 2 * self.num_records
+
+  def validate(self, prefix: str = "") -> None:
+    """ValueError naming the field for a spec that cannot produce its prompts."""
+    def bad(field, why):
+      raise ValueError(f"{prefix}{field}: {why}")
+    if self.padding not in PADDINGS:
+      bad("padding", f"{self.padding!r} is not one of {', '.join(PADDINGS)}")
+    if self.num_records < 1 or self.num_demos < 0:
+      bad("num_records", "need >= 1 record and >= 0 demonstrations")
+    if self.num_demos >= self.num_records:
+      bad("num_demos", f"{self.num_demos} demonstrations need more than that many records "
+                       f"(num_records = {self.num_records}): the target is never demonstrated")
+    if len(set(self.keys)) < self.num_records:
+      bad("keys", f"{len(set(self.keys))} distinct key tokens for {self.num_records} records")
+    if not self.values:
+      bad("values", "no value tokens")
+    special = {self.filler} | ({self.bos} if self.bos is not None else set())
+    if special & (set(self.keys) | set(self.values)) or set(self.keys) & set(self.values):
+      bad("keys", "key, value, filler and BOS tokens must be disjoint")
+    span = self.free_filler + 2 * self.num_records - 1  # t_K range: start .. start + span - 1
+    if self.free_filler < 0 or span < 3 * self.modulus:
+      bad("seq_len", f"{self.seq_len} tokens leave target positions over {max(span, 0)} tokens "
+                     f"for {self.num_records} records and {self.num_demos} demonstrations; "
+                     f"matching needs >= {3 * self.modulus} (3 periods of the modulus)")
+    matched_positions.check_group_size(self.modulus, self.prompts_per_residue,
+                                       f"{prefix}prompts_per_residue")
+
+
+def _composition(rng: np.random.Generator, total: int, parts: int) -> np.ndarray:
+  """A uniformly random split of ``total`` into ``parts`` non-negative integers."""
+  if parts == 1:
+    return np.array([total])
+  cuts = np.sort(rng.choice(total + parts - 1, parts - 1, replace=False))
+  edges = np.concatenate([[-1], cuts, [total + parts - 1]])
+  return np.diff(edges) - 1
+
+
+def _record_offsets(rng: np.random.Generator, spec: LookupSpec, t_k: int, j: int) -> np.ndarray:
+  """Key positions of all R records given the target's position t_K and index j."""
+  r, f = spec.num_records, spec.free_filler
+  before = t_k - spec.start - 2 * j  # filler tokens before the target record
+  if spec.padding == "prefix":
+    gaps = np.zeros(r, np.int64)
+    gaps[0] = before
+  else:
+    gaps = np.concatenate([_composition(rng, before, j + 1),
+                           _composition(rng, f - before, r - j)])[:r]
+  return spec.start + np.cumsum(gaps) + 2 * np.arange(r)
+
+
+def generate(spec: LookupSpec, seed: int) -> Prompts:
+  """``prompts_per_residue`` prompts per residue of ``spec.modulus`` (see module docstring)."""
+  spec.validate()
+  rng = np.random.default_rng(seed)
+  t, r_count, f = spec.seq_len, spec.num_records, spec.free_filler
+  positions_MxN = matched_positions.matched_positions(
+      spec.modulus, spec.prompts_per_residue, spec.start, spec.start + f + 2 * r_count - 2)
+  targets = positions_MxN.reshape(-1)
+  keys, values = np.asarray(spec.keys), np.asarray(spec.values)
+  n = targets.size
+  tokens = np.full((n, t), spec.filler, np.int32)
+  if spec.bos is not None:
+    tokens[:, 0] = spec.bos
+  answers = np.empty((n, 1), np.int32)
+  record_positions = np.empty((n, r_count), np.int64)
+  demo_start = spec.region_end + 1
+  for p, t_k in enumerate(targets):
+    j_lo = max(0, -(-(int(t_k) - spec.start - f) // 2))
+    j_hi = min(r_count - 1, (int(t_k) - spec.start) // 2)
+    j = int(rng.integers(j_lo, j_hi + 1))
+    at = _record_offsets(rng, spec, int(t_k), j)
+    k = rng.choice(keys, r_count, replace=False)
+    v = rng.choice(values, r_count)
+    tokens[p, at], tokens[p, at + 1] = k, v
+    demos = rng.choice(np.delete(np.arange(r_count), j), spec.num_demos, replace=False)
+    tokens[p, demo_start:demo_start + 2 * spec.num_demos:2] = k[demos]
+    tokens[p, demo_start + 1:demo_start + 2 * spec.num_demos:2] = v[demos]
+    tokens[p, t - 1] = k[j]
+    answers[p, 0] = v[j]
+    record_positions[p] = at
+  return Prompts(tokens, (t - 1,), answers, targets.astype(np.int64),
+                 targets % spec.modulus, spec.modulus, record_positions)
+
+
+def phase_locking(target_positions: np.ndarray, other_positions: np.ndarray,
+                  modulus: int) -> float:
+  """|mean exp(2 pi i (t_other - t_K) / M)| over prompts: 1 when the other position's phase
+  moves in lockstep with the target's (a constant phase difference), near 0 when the
+  difference is spread evenly over the M phases."""
+  diff = (np.asarray(other_positions) - np.asarray(target_positions)) % modulus
+  return float(np.abs(np.mean(np.exp(2j * np.pi * diff / modulus))))
+
+
+def lockstep(prompts: Prompts) -> float:
+  """How much distractor phases move with the target's: for each distance d != 0 in record
+  index from the target, ``phase_locking`` of the records d after it, averaged over d weighted
+  by how many records have that distance. 1 for prefix padding (each distractor at a fixed
+  distance from the target); near 0 when in-sequence gaps spread the phases out."""
+  rec = prompts.record_positions
+  n, r = rec.shape
+  j = np.argmax(rec == prompts.target_positions[:, None], axis=1)
+  d_NxR = np.arange(r)[None, :] - j[:, None]
+  total = weight = 0.0
+  for d in range(-(r - 1), r):
+    rows, cols = np.nonzero(d_NxR == d)
+    if d == 0 or rows.size == 0:
+      continue
+    total += rows.size * phase_locking(prompts.target_positions[rows], rec[rows, cols],
+                                       prompts.modulus)
+    weight += rows.size
+  return total / weight
+
+
+def default_tokens(data) -> dict[str, object]:
+  """keys, values, filler, bos in a model's own task vocabulary (``data``: its DataConfig):
+  the kv task's symbols split into keys and values, or letters and digits of the byte-level
+  code task. Other tasks have none: the caller gives them."""
+  if data.task == "kv":
+    from chunkformer.data import kv
+
+    base, half = kv.symbol_base(data), data.num_symbols // 2
+    return {"keys": tuple(range(base, base + half)),
+            "values": tuple(range(base + half, base + data.num_symbols)),
+            "filler": kv.FILLER_BASE, "bos": kv.BOS}
+  if data.task == "code":
+    from chunkformer.data import code
+
+    return {"keys": tuple(range(ord("A"), ord("Z") + 1)) + tuple(range(ord("0"), ord("9") + 1)),
+            "values": tuple(range(ord("a"), ord("z") + 1)),
+            "filler": ord(" "), "bos": code.BOS}
+  raise ValueError(f"task {data.task!r} has no default lookup tokens; give keys, values and "
+                   f"filler")
