@@ -112,6 +112,23 @@ def _checked(spec, name: str):
   return spec
 
 
+def lookup_spec(context: ProbeContext, name: str, *, modulus: int, prompts_per_residue: int,
+                num_records: int, num_demos: int, padding: str, keys, values, filler,
+                bos) -> lookup_task.LookupSpec:
+  """The lookup task of probe ``name`` on the context's model (defaults as in ``probe``),
+  checked: a ConfigError naming ``sweep.probes.<name>`` and the field otherwise."""
+  tokens = _tokens(context, name, keys, values, filler, bos)
+  spec = lookup_task.LookupSpec(seq_len=context.trained.config.data.seq_len, modulus=modulus,
+                                num_demos=num_demos, padding=padding,
+                                prompts_per_residue=_per_residue(modulus, prompts_per_residue),
+                                **tokens)
+  if not num_records:
+    room = (spec.region_end - spec.start) // 4
+    num_records = max(1, min(64, len(set(tokens["keys"])), room))
+    num_demos = min(num_demos, num_records - 1)
+  return _checked(dataclasses.replace(spec, num_records=num_records, num_demos=num_demos), name)
+
+
 def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0,
           num_records: int = 0, num_demos: int = 8,
           paddings: Sequence[str] = lookup_task.PADDINGS, seed: int = 2609, stride: int = 0,
@@ -121,29 +138,23 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
 
   ``prompts_per_residue`` 0 takes the smallest group that matches exactly (576 for modulus
   24); ``num_records`` 0 takes min(64, distinct keys, a quarter of the record region's
-  tokens) so that padding has room to vary; ``num_demos`` is capped below the records;
+  tokens) so that padding has room to vary, and then caps ``num_demos`` below the records;
   ``stride`` 0 is the model's chunk size (the stride-repeat check).
   """
-  tokens = _tokens(context, "lookup", keys, values, filler, bos)
-  seq_len = context.trained.config.data.seq_len
-  base = lookup_task.LookupSpec(seq_len=seq_len, modulus=modulus, num_demos=num_demos,
-                                prompts_per_residue=_per_residue(modulus, prompts_per_residue),
-                                **tokens)
-  if not num_records:
-    room = (base.region_end - base.start) // 4
-    num_records = max(1, min(64, len(set(tokens["keys"])), room))
-    base = dataclasses.replace(base, num_records=num_records,
-                               num_demos=min(num_demos, num_records - 1))
-  else:
-    base = dataclasses.replace(base, num_records=num_records)
   s = _stride(context, stride)
-  modes, matrices = {}, {}
+  modes, matrices, spec = {}, {}, None
   for padding in paddings:
-    spec = _checked(dataclasses.replace(base, padding=padding), "lookup")
+    spec = lookup_spec(context, "lookup", modulus=modulus,
+                       prompts_per_residue=prompts_per_residue, num_records=num_records,
+                       num_demos=num_demos, padding=padding, keys=keys, values=values,
+                       filler=filler, bos=bos)
     modes[padding], matrices[padding] = _score(context, lookup_task.generate(spec, seed), s)
-  result = ResidueTest("lookup", seq_len, modulus, s, base.prompts_per_residue,
+  if spec is None:
+    raise ConfigError("config field 'sweep.probes.lookup.paddings': name at least one of "
+                      f"{', '.join(lookup_task.PADDINGS)}")
+  result = ResidueTest("lookup", spec.seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), modes,
-                       {"num_records": base.num_records, "num_demos": base.num_demos,
+                       {"num_records": spec.num_records, "num_demos": spec.num_demos,
                         "seed": seed})
   return ProbeResult(result.to_record(), matrices)
 

@@ -16,13 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.evaluation.probes import key_overlap, lookup
+from chunkformer.evaluation.probes import gate_concentration, gate_cycling, key_overlap, lookup
 from chunkformer.evaluation.probes.base import Probe
 
 PROBES: dict[str, Probe] = {
     "key_overlap": key_overlap.probe,  # kv accuracy by the key tokens another needle shares
     "lookup": lookup.probe,  # position-matched lookup: accuracy by residue, Wilson intervals
     "long_needle": lookup.needle_probe,  # multi-token records filling the context, by residue
+    "gate_concentration": gate_concentration.probe,  # effective offsets per gate: static, window
+    "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
 }
 
 
