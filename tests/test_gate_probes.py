@@ -15,7 +15,7 @@ from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import lookup_task
-from chunkformer.evaluation.probes import gate_concentration, gate_cycling
+from chunkformer.evaluation.probes import gate_concentration, gate_cycling, head_knockout
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
@@ -173,3 +173,58 @@ def test_the_cycling_probe_runs_on_the_real_model(tiny):
                              record["accuracy"]["0"])
   with pytest.raises(ConfigError, match="deltas': \\[4\\] holds a multiple of the stride 4"):
     gate_cycling.probe(context, deltas=(4,))
+
+
+def _rows(n=4):
+  rng = np.random.default_rng(0)
+  return {"inputs": rng.integers(3, 23, (n, 32)).astype(np.int32),
+          "positions": np.broadcast_to(np.arange(32), (n, 32)).astype(np.int32),
+          "segment_ids": np.zeros((n, 32), np.int32)}
+
+
+def test_a_knockout_replaces_exactly_the_final_outputs_of_its_heads(tiny):
+  knockout = head_knockout.Knockout(tiny, batch_size=4)
+  rows = _rows()
+  means, nothing = knockout.nothing()
+  clean_preds, heads, clean_logits = knockout.run(rows, means, nothing)
+  assert heads.shape == (4, 1, 2, 16)
+  # replacing a head's output by its own value changes nothing (one prompt: its own mean)
+  mask = np.ones((1, 2), bool)
+  for i in range(4):
+    one = {k: v[i:i + 1] for k, v in rows.items()}
+    _, _, logits = knockout.run(one, heads[i], mask)
+    np.testing.assert_allclose(logits[0], clean_logits[i], atol=1e-5)
+  # another value at KV head 0 moves the final logits and nothing before the final position
+  mask = np.array([[True, False]])
+  preds, _, logits = knockout.run(rows, heads[::-1].mean(axis=0) * 0 + 3.0, mask)
+  assert np.abs(logits - clean_logits).max() > 1e-3
+  np.testing.assert_array_equal(preds[:, :-1], clean_preds[:, :-1])
+
+
+def test_knocking_out_a_head_that_carries_nothing_changes_nothing(tiny):
+  params = jax.tree.map(np.array, tiny.params)
+  params["block_0"]["attn"]["out"]["o"]["kernel"][1] = 0.0  # query head 1 = KV head 1 unread
+  # placed like the trained params, so the compiled forward pass is reused
+  params = jax.tree.map(lambda x, ref: jax.device_put(x, ref.sharding), params, tiny.params)
+  silent = dataclasses.replace(tiny, params=params)
+  knockout = head_knockout.Knockout(silent, batch_size=4)
+  rows = _rows()
+  _, heads, clean = knockout.run(rows, *knockout.nothing())
+  _, _, knocked = knockout.run(rows, heads.mean(axis=0) + 5.0, np.array([[False, True]]))
+  np.testing.assert_array_equal(knocked, clean)
+  assert head_knockout.query_heads(1, num_heads=16, num_kv_heads=4) == [4, 5, 6, 7]
+
+
+def test_the_knockout_probe_maps_every_head_by_residue(tiny, tmp_path):
+  context = ProbeContext(tiny, None, "tiny", (4,))
+  result = probe_registry.PROBES["head_knockout"](context, modulus=4, batch_size=4)
+  record = result.record
+  assert [(h["layer"], h["kv_head"]) for h in record["heads"]] == [(0, 0), (0, 1)]
+  for h in record["heads"]:
+    np.testing.assert_allclose(np.array(h["accuracy"]) - record["clean"], h["change"])
+  assert result.matrices["L0H1"].correct_YxJ.shape == (16, 4)
+  with pytest.raises(ConfigError, match="calibration_seed'"):
+    head_knockout.probe(context, seed=3, calibration_seed=3)
+  path = mechanism_plots.plot_knockout_map(tmp_path / "map.png", record["heads"])
+  with open(path, "rb") as f:
+    assert f.read(4) == b"\x89PNG"

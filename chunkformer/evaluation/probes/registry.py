@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.evaluation.probes import gate_concentration, gate_cycling, key_overlap, lookup
+from chunkformer.evaluation.probes import (
+  gate_concentration,
+  gate_cycling,
+  head_knockout,
+  key_overlap,
+  lookup,
+)
 from chunkformer.evaluation.probes.base import Probe
 
 PROBES: dict[str, Probe] = {
@@ -25,6 +31,7 @@ PROBES: dict[str, Probe] = {
     "long_needle": lookup.needle_probe,  # multi-token records filling the context, by residue
     "gate_concentration": gate_concentration.probe,  # effective offsets per gate: static, window
     "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
+    "head_knockout": head_knockout.probe,  # KV heads mean-replaced at the query: change by residue
 }
 
 

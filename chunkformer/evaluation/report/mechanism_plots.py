@@ -60,3 +60,21 @@ def plot_cycling(path, accuracy_by_delta: Mapping[int, Sequence[float]], *,
   axes.set_title(title, fontsize=10)
   axes.legend(fontsize=7, ncol=2)
   return _save(figure, path)
+
+
+def plot_knockout_map(path, heads: Sequence[Mapping[str, Any]], *, title: str = "") -> str:
+  """Accuracy change (knocked out - clean) by residue for every (layer, KV head) of a
+  ``head_knockout`` record's ``heads``: rows = heads, columns = residues, red = loss."""
+  figure = Figure(figsize=(6.0, 1.0 + 0.25 * max(len(heads), 1)), dpi=110, layout="constrained")
+  FigureCanvasAgg(figure)
+  axes = figure.subplots()
+  change = np.array([h["change"] for h in heads], np.float64).reshape(len(heads), -1)
+  bound = max(float(np.abs(change).max()) if change.size else 0.0, 1e-6)
+  image = axes.imshow(change, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto",
+                      interpolation="nearest")
+  axes.set_yticks(range(len(heads)), [f"L{h['layer']} H{h['kv_head']}" for h in heads],
+                  fontsize=7)
+  axes.set_xlabel("residue of the target key position")
+  axes.set_title(title, fontsize=10)
+  figure.colorbar(image, ax=axes, label="accuracy change")
+  return _save(figure, path)
