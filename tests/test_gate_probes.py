@@ -228,3 +228,35 @@ def test_the_knockout_probe_maps_every_head_by_residue(tiny, tmp_path):
   path = mechanism_plots.plot_knockout_map(tmp_path / "map.png", record["heads"])
   with open(path, "rb") as f:
     assert f.read(4) == b"\x89PNG"
+
+
+class _OneRetrievingHead:
+  """A hand-built two-head model: KV head 0 alone retrieves, and only for target keys at phase
+  1 of 4; KV head 1 carries nothing. ``mask`` marks the knocked-out query heads."""
+
+  layers, heads = 1, 2
+
+  def final_heads(self, rows):
+    return np.zeros((rows["inputs"].shape[0], 1, 2, 1))
+
+  def predict(self, rows, means=None, mask=None):
+    out = np.zeros_like(rows["inputs"])
+    if mask is not None and mask[0, 0]:
+      return out
+    for i, row in enumerate(rows["inputs"]):
+      t_k = int(np.argmax(row == row[-1]))
+      if t_k % 4 == 1:
+        out[i, -1] = row[t_k + 1]
+    return out
+
+
+def test_knocking_out_the_only_retrieving_head_drops_accuracy_at_its_phase():
+  spec = lookup_task.LookupSpec(seq_len=32, keys=tuple(range(10, 18)),
+                                values=tuple(range(18, 26)), filler=3, bos=1, num_records=3,
+                                num_demos=2, modulus=8, prompts_per_residue=64)
+  prompts, calibration = lookup_task.generate(spec, 0), lookup_task.generate(spec, 1)
+  found = head_knockout.knockout_map(_OneRetrievingHead(), prompts, calibration, kv_heads=2)
+  by_residue = lambda right: right.reshape(8, -1).mean(axis=1)  # noqa: E731
+  np.testing.assert_array_equal(by_residue(found["clean"]), [0, 1, 0, 0, 0, 1, 0, 0])
+  np.testing.assert_array_equal(by_residue(found["knocked"][(0, 0)]), np.zeros(8))
+  np.testing.assert_array_equal(found["knocked"][(0, 1)], found["clean"])

@@ -170,3 +170,17 @@ def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():
           "| lookup | prefix | 2.478 | 50.6 | 5.7 | 75.3 | - |") in text
   assert "in_sequence | 2.478 | 27.6 | 3.4 | 44.0 |" in text
   assert paper.run_for("full_1kv") is None and residue_tables.section([]) == ""
+
+
+def test_the_paper_protocol_sweep_config_enables_every_new_probe():
+  from chunkformer.evaluation.sweep.config import settings_from
+  from configs.sweeps import paper_protocol
+
+  config = paper_protocol.get_config("w8s8_1kv,runs/my_run")
+  settings = settings_from(config)  # the registry check a sweep runs before training
+  assert set(settings.probes) == {"lookup", "long_needle", "gate_concentration", "gate_cycling",
+                                  "head_knockout"} <= set(probe_registry.PROBES)
+  assert config.variants.w8s8_1kv.config == "configs/paper/w8s8_1kv.py"
+  assert config.variants.my_run.checkpoint == "runs/my_run"
+  with pytest.raises(ValueError, match="name paper runs or run directories"):
+    paper_protocol.get_config()
