@@ -119,3 +119,27 @@ def test_training_batches_of_a_run_from_a_tokenizer_model_are_mapped(imported):
   np.testing.assert_array_equal(batch["inputs"], rt.token_map.to_model[raw["inputs"]])
   np.testing.assert_array_equal(batch["targets"], rt.token_map.to_model[raw["targets"]])
   np.testing.assert_array_equal(batch["loss_mask"], raw["loss_mask"])
+
+
+def test_the_paper_protocol_probes_run_on_an_imported_model(imported):
+  from chunkformer.data import lookup_task
+  from chunkformer.evaluation.probes import head_knockout, lookup
+  from chunkformer.evaluation.probes.base import ProbeContext
+
+  trained = trained_lib.load(imported)
+  predict = loaded_model.adapt(trained, trained_lib.Predictor(trained, 32))
+  context = ProbeContext(trained, predict, "qwen3", (4,))
+  table = lookup.probe(context, modulus=4, paddings=("prefix",)).record["modes"]["prefix"]
+  assert table["total"] == [16] * 4 and 0.0 <= table["mean"] <= 1.0
+  # the knockout's own forward pass (kv rows mapped into the model's tokens) predicts what the
+  # sweep's predictor does when nothing is knocked out
+  spec = lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
+                            num_demos=8, padding="prefix", keys=None, values=None,
+                            filler=None, bos="default")
+  rows = lookup_task.generate(spec, 0).rows()
+  knockout = head_knockout.Knockout(trained, 32)
+  np.testing.assert_array_equal(knockout.predict(rows), predict(rows)["predictions"])
+  record = head_knockout.probe(context, modulus=4, batch_size=32).record
+  layers, kv_heads = trained.config.model.num_layers, trained.config.model.num_kv_heads
+  assert [(h["layer"], h["kv_head"]) for h in record["heads"]] == [
+      (layer, h) for layer in range(layers) for h in range(kv_heads)]
