@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from chunkformer import checkpointing
 from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
@@ -260,3 +261,26 @@ def test_knocking_out_the_only_retrieving_head_drops_accuracy_at_its_phase():
   np.testing.assert_array_equal(by_residue(found["clean"]), [0, 1, 0, 0, 0, 1, 0, 0])
   np.testing.assert_array_equal(by_residue(found["knocked"][(0, 0)]), np.zeros(8))
   np.testing.assert_array_equal(found["knocked"][(0, 1)], found["clean"])
+
+
+def test_the_trajectory_reads_every_kept_checkpoint(tiny, tmp_path):
+  state = tiny.runtime.init_state()
+  bias = np.array([[0.0, 0.0, 40.0, 0.0]])[:, None]
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), tiny.config.train)
+  for step, ape in ((1, lambda s: 0.0), (2, lambda s: bias if s == "key_compressor" else 0.0)):
+    params = jax.tree.map(lambda x, ref: jax.device_put(np.asarray(x), ref.sharding),
+                          _set_gates(state.params, ape), state.params)
+    checkpointer.save(step, state.replace(params=params), force=True)
+    checkpointer.wait()
+  checkpointer.close()
+  trained = dataclasses.replace(tiny, workdir=str(tmp_path))
+  record = gate_concentration.probe(ProbeContext(trained, None, "tiny", (4,)), rows=4,
+                                    batch_size=4, trajectory=True).record
+  assert [t["step"] for t in record["trajectory"]] == [1, 2]
+  first, last = ({g["stream"]: g for g in t["gates"]} for t in record["trajectory"])
+  assert first["k"]["static"] == pytest.approx(4.0, abs=1e-5)
+  assert last["k"]["static"] == pytest.approx(1.0, abs=1e-5)
+  assert last["v"]["per_window"] == pytest.approx(4.0, abs=1e-5)
+  with pytest.raises(ConfigError, match="trajectory': workdir .* holds no checkpoints"):
+    gate_concentration.probe(ProbeContext(dataclasses.replace(tiny, workdir=str(
+        tmp_path / "none")), None, "tiny", (4,)), rows=4, batch_size=4, trajectory=True)

@@ -10,22 +10,28 @@ effective numbers of offsets, exp of an entropy (1 = one-hot, W = uniform):
 Complete windows are those whose W tokens all lie in the row (fixed chunks, geometry from the
 chunk layout); layers of other kinds count windows whose weights are all positive.
 
+With ``trajectory=True`` the same rows are read at every checkpoint the run kept
+(``DIR/checkpoints``, oldest first): how the gates concentrate over training.
+
 Scanned models (``model.scan_layers``) are refused: convert their params with
 ``layer_stack.unstack_params`` first.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 
+from chunkformer import checkpointing, layer_stack
 from chunkformer import data as data_lib
-from chunkformer import layer_stack
 from chunkformer.compression import chunk_offsets, pooling
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import loaded_model
@@ -138,19 +144,46 @@ def measure(trained: trained_lib.TrainedModel, rows: Mapping[str, np.ndarray],
   return summarize({k: v.sum(axis=0) for k, v in out.items() if k.startswith("gate_")})
 
 
-def probe(context: ProbeContext, rows: int = 16, batch_size: int = 8,
-          seed: int = 7) -> ProbeResult:
-  """The ``gate_concentration`` entry of ``PROBES``: every gate's static and per-window
-  effective number of offsets on ``rows`` held-out rows of the model's own data (``seed`` picks
-  the held-out batches). Records ``{"rows", "gates": [...]}``; a model without compressor
-  gates records an empty list."""
-  config = context.trained.config
-  batches, have = [], 0
-  step = seed
+def kept_params(trained: trained_lib.TrainedModel) -> Iterator[tuple[int, Any]]:
+  """(step, params) of every checkpoint the run kept, oldest first (read only)."""
+  if not os.path.isdir(os.path.join(trained.workdir, "checkpoints")):
+    raise ConfigError(f"config field 'sweep.probes.gate_concentration.trajectory': workdir "
+                      f"{trained.workdir!r} holds no checkpoints")
+  checkpointer = checkpointing.Checkpointer(trained.workdir, trained.config.train,
+                                            read_only=True)
+  try:
+    for step in checkpointer.steps():
+      state = checkpointer.manager.restore(
+          step, args=ocp.args.StandardRestore(trained.runtime.abstract_state))
+      yield step, state.params
+  finally:
+    checkpointer.close()
+
+
+def heldout_rows(config, rows: int, seed: int) -> dict[str, np.ndarray]:
+  """``rows`` held-out rows of the model's own data (batches ``seed``, ``seed + 1``, ...)."""
+  batches, have, step = [], 0, seed
   while have < rows:
     batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
     batches.append(batch)
     have += batch["inputs"].shape[0]
     step += 1
-  data = {k: np.concatenate([b[k] for b in batches])[:rows] for k in trained_lib.ROW_KEYS}
-  return ProbeResult({"rows": rows, "gates": measure(context.trained, data, batch_size)})
+  return {k: np.concatenate([b[k] for b in batches])[:rows] for k in trained_lib.ROW_KEYS}
+
+
+def probe(context: ProbeContext, rows: int = 16, batch_size: int = 8, seed: int = 7,
+          trajectory: bool = False) -> ProbeResult:
+  """The ``gate_concentration`` entry of ``PROBES``: every gate's static and per-window
+  effective number of offsets on ``rows`` held-out rows of the model's own data (``seed`` picks
+  the held-out batches). Records ``{"rows", "step", "gates": [...]}`` (a model without
+  compressor gates: an empty list) and, with ``trajectory``, ``"trajectory": [{"step",
+  "gates"}, ...]`` over the run's kept checkpoints."""
+  trained = context.trained
+  data = heldout_rows(trained.config, rows, seed)
+  record = {"rows": rows, "step": trained.step, "gates": measure(trained, data, batch_size)}
+  if trajectory:
+    record["trajectory"] = [
+        {"step": step, "gates": measure(dataclasses.replace(trained, params=params, step=step),
+                                        data, batch_size)}
+        for step, params in kept_params(trained)]
+  return ProbeResult(record)
