@@ -1,6 +1,8 @@
-"""Gate concentration and gate cycling: effective numbers of offsets from the formulas and from
-a real model with hand-set gates; cycled gate parameters; a hand-built model whose weak phase
-is wherever its gate bias is lowest, whose weak phase the cycling moves by delta (R^2 = 1)."""
+"""The mechanism probes on a tiny W = S model: gate concentration (effective numbers of offsets
+from the formulas, from hand-set gates, over kept checkpoints), gate cycling (cycled parameters;
+a hand-built model whose weak phase follows its lowest gate bias moves by delta, R^2 = 1), head
+knockouts (exact replacement, a silent head, a hand-built single retrieving head) and the
+lookup probe end to end."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import lookup_task
-from chunkformer.evaluation.probes import gate_concentration, gate_cycling, head_knockout
+from chunkformer.evaluation.probes import gate_concentration, gate_cycling, head_knockout, lookup
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
@@ -284,3 +286,19 @@ def test_the_trajectory_reads_every_kept_checkpoint(tiny, tmp_path):
   with pytest.raises(ConfigError, match="trajectory': workdir .* holds no checkpoints"):
     gate_concentration.probe(ProbeContext(dataclasses.replace(tiny, workdir=str(
         tmp_path / "none")), None, "tiny", (4,)), rows=4, batch_size=4, trajectory=True)
+
+
+def test_the_lookup_probe_runs_on_the_real_model(tiny):
+  """End to end through the real predictor (the batch size the cycling probe compiles)."""
+  context = ProbeContext(tiny, trained_lib.Predictor(tiny, 32), "tiny", (4,))
+  result = probe_registry.PROBES["lookup"](context, modulus=4)
+  test = lookup.ResidueTest.from_record(result.record)
+  assert test.settings == {"num_records": 3, "num_demos": 2, "seed": 2609}
+  assert test.validation_loss is None and test.stride == 4
+  for padding in ("prefix", "in_sequence"):
+    table = test.modes[padding]
+    assert table.total == (16,) * 4 and 0.0 <= table.mean <= 1.0
+    assert table.stride_repeat is None  # stride 4 = modulus 4: nothing to repeat
+    assert all(lo <= a <= hi for lo, a, hi in zip(table.low, table.accuracy, table.high,
+                                                  strict=True))
+    assert result.matrices[padding].correct_YxJ.shape == (16, 4)

@@ -1,6 +1,6 @@
 """The lookup and long needle probes: residue statistics against hand computations, a
 hand-built model that retrieves at chosen phases only, Wilson intervals against the closed
-form and the paper's published intervals, and one end-to-end run on a tiny model."""
+form and the paper's published intervals (the run on a real model: test_gate_probes.py)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,13 @@ import types
 import numpy as np
 import pytest
 
-from chunkformer import config as config_lib
-from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.probes import registry as probe_registry
-from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.records import paper
 from chunkformer.evaluation.report import residue_tables
 from chunkformer.evaluation.stats import residue_accuracy
-from chunkformer.evaluation.sweep import config as sweep_config
-from configs import smoke
 
 KV = DataConfig(seq_len=96, num_pairs=4, key_len=1, value_len=1, num_queries=1, num_symbols=16)
 
@@ -136,28 +131,6 @@ def test_bad_options_are_config_errors_naming_the_probe():
   probe_registry.check({"lookup": {"modulus": 8}, "long_needle": {"key_len": 3}})
   with pytest.raises(ConfigError, match=r"'sweep\.probes\.lookup': .*modulo"):
     probe_registry.check({"lookup": {"modulo": 8}})
-
-
-def test_the_lookup_probe_runs_on_a_tiny_compressed_model():
-  """End to end through the real predictor on a randomly initialised fixed-chunk model
-  (configs/smoke.py with chunks of 4: kv vocabulary, 32 tokens)."""
-  raw = sweep_config.apply_overrides(smoke.get_config(), {
-      "model.attention.kind": "fixed", "model.attention.window": 4,
-      "model.attention.chunk_size": 4}, "test")
-  config = config_lib.from_dict(raw.to_dict())
-  rt = runtime_lib.build(config)
-  trained = trained_lib.TrainedModel("-", config, rt, rt.init_state().params, 0)
-  context = ProbeContext(trained, trained_lib.Predictor(trained, 8), "fixed", (4,))
-  result = lookup.probe(context, modulus=4)
-  test = lookup.ResidueTest.from_record(result.record)
-  assert test.settings == {"num_records": 3, "num_demos": 2, "seed": 2609}
-  assert test.validation_loss is None and test.stride == 4
-  for padding in ("prefix", "in_sequence"):
-    table = test.modes[padding]
-    assert table.total == (16,) * 4 and 0.0 <= table.mean <= 1.0
-    assert table.stride_repeat is None  # stride 4 = modulus 4: nothing to repeat
-    assert all(lo <= a <= hi for lo, a, hi in zip(table.low, table.accuracy, table.high,
-                                                  strict=True))
 
 
 def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():
