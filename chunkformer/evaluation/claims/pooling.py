@@ -13,7 +13,8 @@ several seeds with matrices, the record itself when it has one seed (its own tes
 pooled test), and none when several seeds lack matrices (no pooled test can be made). The
 pooled record keeps the first seed's setup with the unit name ``<variant> (N seeds pooled)``;
 its held-out metrics are the seeds' mean (what the accuracy gates read); other fields that are
-not recomputed from matrices (slot gains, split labels, per-depth analyses) are dropped so
+not recomputed from matrices (slot gains, split labels, per-depth analyses, and the
+all-depths analysis where the seeds were asked different offsets at a depth) are dropped so
 nothing in it mixes one seed's value with the pooled statistics.
 """
 
@@ -68,14 +69,19 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
                       slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
                       images={},
                       token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
-                      lm_phase_loss=None, depths=None)
+                      lm_phase_loss=None, depths=None, all_depths=None)
   if first.primary_probe == "needle":
-    depths = sorted({k for m in loaded for k in m if k.startswith(correctness.NEEDLE)})
-    if all(set(depths) <= set(m) for m in loaded):
-      every = [m[d] for m in loaded for d in depths]
-      if _same_offsets(every):
-        fields["all_depths"] = stats.analyze(pool_seeds([m.correct_YxJ for m in every]),
-                                             offsets, sizes, **kw).nested()
+    # far to near, the order in which a unit stacks its depths for its own all-depths test
+    depths = sorted({k for m in loaded for k in m if k.startswith(correctness.NEEDLE)},
+                    key=lambda d: (_depth(first, d), d))
+    if all(set(depths) <= set(m) for m in loaded) and all(
+        _same_offsets([m[d] for m in loaded]) for d in depths):
+      # Each depth has its own offsets (the needle sits elsewhere in the haystack), so the
+      # seeds must agree depth by depth, not the depths with each other. Each seed's depths
+      # stacked as the unit stacks them (phases read from the far depth's offsets), then the
+      # seeds stacked: one seed alone gives the unit's own all-depths analysis.
+      per_seed = [np.concatenate([m[d].correct_YxJ for d in depths]) for m in loaded]
+      fields["all_depths"] = stats.analyze(pool_seeds(per_seed), offsets, sizes, **kw).nested()
     near = max(depths, key=lambda d: _depth(first, d))
     fields["near_accuracy"] = float(pool_seeds([m[near].correct_YxJ for m in loaded]).mean())
     if first.chunk_phase is not None and all(m.phases_YxJ is not None for m in primary):
