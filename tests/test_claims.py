@@ -157,3 +157,48 @@ def test_accuracy_gates_read_the_held_out_far_accuracy_where_recorded():
   flat = dataclasses.replace(_record("m4", 0, far=0.9, p=0.4, period=None),
                              heldout={"far_accuracy": 0.2})
   assert registry.decide([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned
+
+
+def test_a_cure_has_no_period_only_by_the_controls_standard():
+  # One standard for C2 and the cures: p > 0.05 at M AND no detected period. The plain
+  # baseline (gap 0.5) is periodic; each cure has a far smaller gap.
+  base = _record("m4", 0)
+  cures = {"flat": dict(p=0.4, period=None), "weak_p": dict(p=0.03, period=None),
+           "other_period": dict(p=0.4, period=3)}
+  holds = {}
+  for name, kw in cures.items():  # one cure at a time: a family of one test (no Holm effect)
+    records = [base, _record(name, 0, gap=0.05, key_shift=True, **kw)]
+    holds[name] = registry.decide(records)[8].numbers[name]["holds"]
+  assert holds == {"flat": True, "weak_p": False, "other_period": False}
+  line = judgments.judge([base, _record("other_period", 0, gap=0.05, key_shift=True,
+                                        **cures["other_period"])])[-1].line
+  assert "detected period 3" in line and line.endswith("reduces the gap, still periodic")
+  # The three as one claim: Holm over its 3 tests lifts 0.03 to 0.09, no longer periodic.
+  records = [base] + [_record(n, 0, gap=0.05, key_shift=True, **kw) for n, kw in cures.items()]
+  c9 = registry.decide(records)[8]
+  assert c9.numbers["weak_p"]["p_value_holm"] == pytest.approx(0.09)
+  assert c9.numbers["weak_p"]["holds"] is True
+
+
+def test_holm_within_a_claim_adjusts_the_tests_its_verdict_reads():
+  # Two plain variants, one seed each, p = 0.006 at M: alone each passes p < 0.01; as the two
+  # tests of C1, Holm gives both 2 x 0.006 = 0.012 and neither passes.
+  m4, m8 = _record("m4", 0, p=0.006), _record("m8", 0, m=8, period=8, p=0.006)
+  assert registry.decide([m4])[0].verdict == "REPRODUCED"
+  c1 = registry.decide([m4, m8])[0]
+  assert c1.verdict == "NOT REPRODUCED"
+  assert c1.numbers["m4"]["p_value_holm"] == pytest.approx(0.012)
+  assert c1.numbers["m4"]["holm_family"] == 2 and c1.numbers["m4"]["p_value"] == 0.006
+  lines = judgments.verdict_lines(*(lambda e: (e.judgments, e.pooled_judgments))(
+      registry.evidence([m4, m8], None)))
+  assert "p = 0.006 (Holm over 2 tests of the claim: 0.012) at M" in lines[0]
+
+
+def test_ablation_on_one_seed_says_so_in_its_verdict_line():
+  one = [_record("norope", 0, rope=False)]
+  two = [_record("norope_s0", 0, rope=False, variant="norope"),
+         _record("norope_s1", 1, rope=False, variant="norope")]
+  assert judgments.decide(one)[-1 - 3].startswith("REPRODUCED on one seed: still periodic")
+  c3 = registry.decide(one)[2]
+  assert c3.verdict == "REPRODUCED" and c3.numbers["norope"]["one_seed"] is True
+  assert not any("one seed" in line for line in judgments.decide(two))
