@@ -9,6 +9,7 @@ The typed records read the committed (schema version 1) files and write the same
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -34,6 +35,17 @@ def _path(sweep: str) -> str:
   return os.path.join(RESULTS, sweep, "results.json")
 
 
+@functools.cache
+def _evidence(sweep: str) -> registry.Evidence:
+  """A committed sweep's evidence, gathered once for the tests that read it (the study's
+  seed-pooled analyses take most of a minute)."""
+  results = results_file.load(_path(sweep))
+  s = results.settings
+  return registry.evidence(
+      results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
+      num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
+
+
 def test_rounding_tolerant_comparison_still_sees_every_other_difference():
   _assert_same({"a": [0.1 + 0.2, "x"]}, {"a": [0.3, "x"]}, "tree")
   for got in ({"a": [0.3001, "x"]}, {"a": [0.3, "y"]}, {"a": [0.3]}, {"b": [0.3, "x"]}):
@@ -56,10 +68,7 @@ def test_committed_units_are_exactly_their_sweep_configs(sweep):
 def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep):
   results = results_file.load(_path(sweep))
   assert results.verdicts and results.variants
-  s = results.settings
-  found = registry.evidence(
-      results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
-      num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
+  found = _evidence(sweep)
   lines = judgments.verdict_lines(found.judgments, found.pooled_judgments)
   assert tuple(lines) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
@@ -81,10 +90,7 @@ def test_committed_results_read_and_write_back_their_own_json(sweep):
     # Its claims recompute from the stored records and correctness matrices alone: every
     # verdict, reason and count exactly, every number up to float rounding (BLAS picks its
     # kernels by CPU, so a sum may round differently on another machine: up to 1e-14 seen).
-    s = results.settings
-    recomputed = registry.decide(
-        results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
-        num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
+    recomputed = registry.decide_on(_evidence(sweep))
     _assert_same([c.to_json() for c in recomputed], [c.to_json() for c in results.claims],
                  "claims")
     return
