@@ -39,15 +39,18 @@ def _run(seed, far, near, *, variant="m4"):
                        heldout={"loss": 1.0})
 
 
-def _runs_and_loader(num_seeds, *, offsets_of=None):
+def _runs_and_loader(num_seeds, *, offsets_of=None, near_step=0):
+  """Seeds with a far and a near matrix; the near depth's offsets are the far ones plus
+  ``near_step`` (in a sweep each depth has its own offsets, a multiple of M apart)."""
   rng = np.random.default_rng(0)
   runs, stored = [], {}
   for k in range(num_seeds):
     far, near = _matrix(rng, blind_phase=3), _matrix(rng, blind_phase=0)
-    runs.append(_run(k, far, near))
+    own = stats.analyze(np.concatenate([far, near]), OFFSETS, [4], **KW).nested()
+    runs.append(dataclasses.replace(_run(k, far, near), all_depths=own))
     offsets = OFFSETS if offsets_of is None else offsets_of(k)
     stored[runs[-1].name] = {"needle_far": correctness.Matrix(far, offsets),
-                             "needle_near": correctness.Matrix(near, offsets)}
+                             "needle_near": correctness.Matrix(near, offsets + near_step)}
   return runs, stored.get
 
 
@@ -70,6 +73,24 @@ def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
   # The pooled rows are seed_rule.pool_seeds of the seeds' matrices.
   np.testing.assert_array_equal(seed_rule.pool_seeds(
       [load(r.name)["needle_far"].correct_YxJ for r in runs]), far)
+
+
+def test_all_depths_pooled_over_seeds_when_each_depth_has_its_own_offsets():
+  # The depths of a sweep never share offsets; the seeds share them depth by depth. The pooled
+  # all-depths test is then recomputed from every seed's depths, not left at seed 0's value.
+  runs, load = _runs_and_loader(3, near_step=400)
+  pooled = pooling.pool(runs, load, **KW)
+  rows = [np.concatenate([load(r.name)[n].correct_YxJ for n in ("needle_far", "needle_near")])
+          for r in runs]
+  expected = stats.analyze(np.concatenate(rows), OFFSETS, [4], **KW)
+  assert pooled.all_depths == expected.nested()
+  assert pooled.all_depths.num_haystacks == 24 != runs[0].all_depths.num_haystacks
+  # One seed's depths stacked the same way give that seed's own all-depths analysis.
+  assert stats.analyze(rows[0], OFFSETS, [4], **KW).nested() == runs[0].all_depths
+  # Seeds asked different offsets at one depth have no pooled all-depths test.
+  other = lambda name: {**load(name), "needle_near": correctness.Matrix(  # noqa: E731
+      load(name)["needle_near"].correct_YxJ, OFFSETS + (4 if name.endswith("1") else 400))}
+  assert pooling.pool(runs, other, **KW).all_depths is None
 
 
 def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():

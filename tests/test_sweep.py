@@ -410,7 +410,7 @@ def test_verdicts_follow_the_numbers():
   assert said("REPRODUCED: period = M for fixed M=4 ")
   assert said("NOT REPRODUCED: period = M for fixed M=8 ")
   assert said("REPRODUCED: full attention has no period")
-  assert said("NOT REPRODUCED: still periodic with RoPE off")
+  assert said("NOT REPRODUCED on one seed: still periodic with RoPE off")
   assert said("INCONCLUSIVE (no data): still periodic with uniform pooling")
   assert not said("NOT TESTED")
   assert said("REPRODUCED: gap(M=2) < gap(M=4)")

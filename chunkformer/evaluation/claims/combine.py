@@ -46,7 +46,6 @@ STATEMENTS = {
           "absolute position",
     "C9": "a key token shift (local mixing) removes the periodic blind spot",
 }
-CLAIM_IDS = tuple(STATEMENTS)
 # Why a claim without any judgment has no verdict.
 _NO_DATA = {
     "C1": "no plain fixed variant in the sweep",
@@ -162,14 +161,6 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
   summary = "needle key/value tokens " + ", ".join(f"{k}/{v}" for k, v in needles)
   reason = "; ".join(x for x in [note, per_variant, summary, *reasons] if x)
   return Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers, agreeing)
-
-
-def build(judgments: Sequence[Any], *, pooled: Sequence[Any] | None = None,
-          extra: Mapping[str, Claim] | None = None) -> list[Claim]:
-  """The claims C1-C9 from the judgments (``from_judgments``); ``extra``: claims decided
-  elsewhere (e.g. a slot-gain null test for C6), replacing the judgment-based ones."""
-  return [extra[i] if extra and i in extra else from_judgments(i, judgments, pooled)
-          for i in CLAIM_IDS]
 
 
 def _variant_summary(variant: str, rule: SeedAgreement) -> str:

@@ -4,17 +4,21 @@ Judged here (docs/design.md section 1, docs/claims.md), each only where the swee
 variants; the seed rule over a variant's seeds is ``combine``'s:
 - C1 (C7 for a code model's prefix probe): fixed chunks of step M show accuracy period exactly
   M: detected period = M and p < 0.01;
-- C2: full attention shows no period: p > 0.05 (at the reference M) and no detected period,
-  with far accuracy >= 95%;
+- C2: full attention shows no period: p > 0.05 (at the reference M) and no detected period
+  at any candidate period (``no_period``), with far accuracy >= 95%;
 - C3 / C4: removing RoPE, or replacing the learned gate by a plain average, keeps the period
-  (p < 0.01 at M);
+  (p < 0.01 at M); the line says "one seed" where the variant has one;
 - C5: a smaller step hurts less: gap(M = 2) < gap(M = 4) (where the stored matrices allow,
   the paired test of ``tested`` decides instead);
 - C8 / C9 (cures: dynamic chunking; a key shift; staggered or random phases and overlap are
   reported without a claim): their gap and far accuracy against the plain fixed model at the
-  same budget (M = the cure's chunk size or target) and the same needle lengths; a cure counts
-  as still periodic if p < 0.01 at the far depth or with all depths pooled. Against a baseline
-  below 50% far accuracy (the task not learned) the comparison is reported as inconclusive.
+  same budget (M = the cure's chunk size or target) and the same needle lengths; a cure has no
+  period by C2's standard (``no_period``) at the far depth AND with all depths pooled, else it
+  is still periodic. Against a baseline below 50% far accuracy (the task not learned) the
+  comparison is reported as inconclusive. The haystack-level test (``Adjusted``) is reported
+  beside each cure and judged as an alternative (``holds_haystack``), not deciding.
+The p-values a judgment reads are Holm-adjusted within its claim where ``judge`` is given them
+(``Adjusted``; ``holm_family`` says which tests form the family).
 A plain fixed model: fixed chunks, RoPE on, gated pooling, no overlap, no stagger, no random
 phase, no key shift. The accuracy gates (95% for full attention, 50% for "the task was learned")
 read the held-out far accuracy of the training run where recorded (``gate_accuracy``).
@@ -29,7 +33,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkformer.evaluation.claims import combine, pooling
+from chunkformer.evaluation.claims import pooling
 from chunkformer.evaluation.records.formatting import interval, number, p_value
 from chunkformer.evaluation.records.variant import VariantRecord
 
@@ -38,6 +42,32 @@ PERIOD_ALPHA = 0.01
 NULL_ALPHA = 0.05
 FULL_ACCURACY = 0.95
 LEARNED_ACCURACY = 0.5  # far accuracy below this: the model did not learn the task
+
+
+@dataclasses.dataclass(frozen=True)
+class Adjusted:
+  """A record's phase tests as its claim reads them (``registry.evidence`` computes them).
+
+  ``far``/``all_depths``: the Holm-adjusted p-values at M within the claim's family (None: the
+  record is not in the family, its own p-value stands); ``family``: the number of tests in
+  it. ``haystack_far``/``haystack_all_depths``: the haystack-level test
+  (``stats.haystack_test``) of the same rows, reported beside the offset-level test.
+  """
+
+  far: float | None = None
+  all_depths: float | None = None
+  family: int = 0
+  haystack_far: float | None = None
+  haystack_all_depths: float | None = None
+
+
+NO_ADJUSTMENT = Adjusted()
+
+
+def no_period(p: float | None, detected_period: int | None) -> bool:
+  """The one "no period" standard of controls (C2) and cures (C8, C9): the phase test at M
+  gives p > 0.05 AND no candidate period is detected (family-wise over the periods)."""
+  return p is not None and p > NULL_ALPHA and detected_period is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +137,29 @@ def _period(value: int | None) -> str:
   return str(value) if value is not None else "none"
 
 
-def _core_numbers(r: Record) -> dict[str, Any]:
+def _core_numbers(r: Record, adjusted: Adjusted = NO_ADJUSTMENT) -> dict[str, Any]:
   a = r.analysis
-  return {"variant": r.name, "seed": r.setup.seed, "chunk_size": a.chunk_size,
-          "detected_period": a.detected_period, "p_value": a.p_value, "max_gap": a.max_gap,
-          "max_gap_low": a.phase.gap.low, "max_gap_high": a.phase.gap.high,
-          "far_accuracy": _far(r), "gate_accuracy": gate_accuracy(r)[0]}
+  out = {"variant": r.name, "seed": r.setup.seed, "chunk_size": a.chunk_size,
+         "detected_period": a.detected_period, "p_value": a.p_value, "max_gap": a.max_gap,
+         "max_gap_low": a.phase.gap.low, "max_gap_high": a.phase.gap.high,
+         "far_accuracy": _far(r), "gate_accuracy": gate_accuracy(r)[0]}
+  if adjusted.far is not None:
+    out.update(p_value_holm=adjusted.far, holm_family=adjusted.family)
+  return out
+
+
+def _p(r: Record, adjusted: Adjusted) -> float | None:
+  """The far-depth p-value at M the judgment reads: Holm-adjusted where the record is in its
+  claim's family."""
+  return r.analysis.p_value if adjusted.far is None else adjusted.far
+
+
+def _p_text(r: Record, adjusted: Adjusted) -> str:
+  text = f"p = {p_value(r.analysis.p_value)}"
+  if adjusted.far is not None:
+    tests = "test" if adjusted.family == 1 else "tests"
+    text += f" (Holm over {adjusted.family} {tests} of the claim: {p_value(adjusted.far)})"
+  return text
 
 
 def gate_accuracy(r: Record) -> tuple[float | None, str]:
@@ -132,9 +179,9 @@ def _learned(r: Record) -> bool:
   return gate is not None and gate >= LEARNED_ACCURACY
 
 
-def _period_claim(r: Record) -> Judgment:
+def _period_claim(r: Record, adjusted: Adjusted = NO_ADJUSTMENT) -> Judgment:
   a = r.analysis
-  m, period, p = r.chunk_size, a.detected_period, a.p_value
+  m, period, p = r.chunk_size, a.detected_period, _p(r, adjusted)
   ok = period == m and p is not None and p < PERIOD_ALPHA
   head = "REPRODUCED" if ok else "NOT REPRODUCED"
   gate, gate_name = gate_accuracy(r)
@@ -142,49 +189,50 @@ def _period_claim(r: Record) -> Judgment:
              f"; caution: {gate_name} {number(gate)} < {LEARNED_ACCURACY}, the task is barely "
              "learned")
   line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
-          f"{_period(period)}, p = {p_value(p)} at M (need period {m} and "
+          f"{_period(period)}, {_p_text(r, adjusted)} at M (need period {m} and "
           f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, weakest phase "
           f"{a.phase.weakest_phase}{caution}")
   holds = ok if ok or _learned(r) else None
   claim = "C7" if is_code_model(r) else "C1"  # code: the '=' prefix probe (primary)
-  return Judgment(line, claim, holds, (r,), _core_numbers(r),
+  return Judgment(line, claim, holds, (r,), _core_numbers(r, adjusted),
                   "" if holds is not None else "the task was not learned")
 
 
-def _full_claim(r: Record) -> Judgment:
+def _full_claim(r: Record, adjusted: Adjusted = NO_ADJUSTMENT) -> Judgment:
   a = r.analysis
-  p, period, far = a.p_value, a.detected_period, _far(r)
+  p, period, far = _p(r, adjusted), a.detected_period, _far(r)
   gate, gate_name = gate_accuracy(r)
-  ok = (p is not None and p > NULL_ALPHA and period is None and gate is not None
-        and gate >= FULL_ACCURACY)
-  periodic = p is None or p <= NULL_ALPHA or period is not None
+  periodic = not no_period(p, period)
+  ok = not periodic and gate is not None and gate >= FULL_ACCURACY
   holds = ok or (False if periodic else None)  # no period but below the accuracy gate: open
   head = "REPRODUCED" if ok else ("INCONCLUSIVE" if holds is None else "NOT REPRODUCED")
-  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): p = {p_value(p)} at "
-          f"M={a.chunk_size}, "
+  line = (f"{head}: full attention has no period ({r.name}, {_needle(r)}): "
+          f"{_p_text(r, adjusted)} at M={a.chunk_size}, "
           f"detected period {_period(period)}, far accuracy {number(far)}"
           + (f", {gate_name} {number(gate)}" if gate_name != "far accuracy" else "")
           + f" (need p > {NULL_ALPHA}, no period, {gate_name} >= {FULL_ACCURACY})")
   reason = "" if holds is not None else (
       f"no period, but {gate_name} {number(gate)} is below the {FULL_ACCURACY} gate")
-  return Judgment(line, "C2", holds, (r,), _core_numbers(r), reason)
+  return Judgment(line, "C2", holds, (r,), _core_numbers(r, adjusted), reason)
 
 
-def _ablation_claim(r: Record) -> Judgment:
+def _ablation_claim(r: Record, adjusted: Adjusted = NO_ADJUSTMENT, *,
+                    one_seed: bool = False) -> Judgment:
   what = []
   if not r.setup.rope:
     what.append("RoPE off")
   if r.setup.pooling != "gated":
     what.append(f"pooling {r.setup.pooling}")
   a = r.analysis
-  p, period, m = a.p_value, a.detected_period, r.chunk_size
+  p, period, m = _p(r, adjusted), a.detected_period, r.chunk_size
   ok = p is not None and p < PERIOD_ALPHA
-  head = "REPRODUCED" if ok else "NOT REPRODUCED"
+  head = ("REPRODUCED" if ok else "NOT REPRODUCED") + (" on one seed" if one_seed else "")
   line = (f"{head}: still periodic with {', '.join(what)} ({r.name}, M={m}, {_needle(r)}): "
-          f"p = {p_value(p)} at M, detected period {_period(period)}, "
+          f"{_p_text(r, adjusted)} at M, detected period {_period(period)}, "
           f"max gap {number(a.max_gap)} (need p < {PERIOD_ALPHA})")
   holds = ok if ok or _learned(r) else None
-  return Judgment(line, "C3" if not r.setup.rope else "C4", holds, (r,), _core_numbers(r),
+  return Judgment(line, "C3" if not r.setup.rope else "C4", holds, (r,),
+                  dict(_core_numbers(r, adjusted), one_seed=one_seed),
                   "" if holds is not None else "the task was not learned")
 
 
@@ -230,19 +278,50 @@ def _baseline(r: Record, plain: Sequence[Record]) -> Record | None:
                                                 b.setup.seed != r.setup.seed))
 
 
-def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
+def _cure_tests(r: Record, adjusted: Adjusted) -> tuple[bool, bool | None, str, dict[str, Any]]:
+  """(periodic by the offset-level tests, periodic by the haystack-level tests or None
+  without them, their text, their numbers): far depth and all depths pooled, each with no
+  period by ``no_period`` (p Holm-adjusted where given), the haystack-level test beside."""
+  a, every = r.analysis, r.all_depths
+  p_all = None if every is None else every.p_value
+  p_all_holm = adjusted.all_depths if every is not None else None
+  periodic = not no_period(_p(r, adjusted), a.detected_period) or (
+      every is not None and not no_period(p_all if p_all_holm is None else p_all_holm,
+                                          every.detected_period))
+  text = (f"{_p_text(r, adjusted)}, detected period {_period(a.detected_period)}"
+          + ("" if every is None else
+             f" (all depths pooled: p = {p_value(p_all)}"
+             + ("" if p_all_holm is None else f", Holm {p_value(p_all_holm)}")
+             + f", detected period {_period(every.detected_period)})"))
+  numbers: dict[str, Any] = {"all_depths_p_value": p_all, "all_depths_detected_period":
+                             None if every is None else every.detected_period}
+  if p_all_holm is not None:
+    numbers["all_depths_p_value_holm"] = p_all_holm
+  haystack = [x for x in (adjusted.haystack_far, adjusted.haystack_all_depths) if x is not None]
+  periodic_haystack = None
+  if haystack:
+    periodic_haystack = any(x <= NULL_ALPHA for x in haystack)
+    text += (f"; haystack-level test p = {p_value(adjusted.haystack_far)}"
+             + ("" if adjusted.haystack_all_depths is None else
+                f" (all depths {p_value(adjusted.haystack_all_depths)})"))
+    numbers.update(haystack_p_value=adjusted.haystack_far,
+                   all_depths_haystack_p_value=adjusted.haystack_all_depths)
+  return periodic, periodic_haystack, text, numbers
+
+
+def _cure_claim(r: Record, plain: Sequence[Record],
+                adjusted: Adjusted = NO_ADJUSTMENT) -> Judgment:
   m = r.chunk_size
   base = _baseline(r, plain)
   a = r.analysis
-  gap, far, p = a.max_gap, _far(r), a.p_value
-  pooled = None if r.all_depths is None else r.all_depths.p_value
+  gap, far = a.max_gap, _far(r)
+  periodic, periodic_haystack, tests, test_numbers = _cure_tests(r, adjusted)
   ratio = r.compression_ratio
   text = (f"{r.name} ({r.setup.chunking}, M/target {m}, achieved ratio "
           f"{number(ratio, '.2f')}, {_needle(r)}): gap {number(gap)}, far accuracy "
-          f"{number(far)}, p = {p_value(p)}"
-          + ("" if pooled is None else f" (all depths pooled: p = {p_value(pooled)})"))
+          f"{number(far)}, {tests}")
   claim = ("C9" if r.setup.key_shift else "C8" if r.setup.attention == "dynamic" else None)
-  numbers = dict(_core_numbers(r), compression_ratio=ratio, all_depths_p_value=pooled)
+  numbers = dict(_core_numbers(r, adjusted), compression_ratio=ratio, **test_numbers)
   if r.chunk_phase is not None:  # the weak spot relative to the actual chunk (content position)
     numbers.update(chunk_phase_gap=r.chunk_phase.gap.value,
                    chunk_phase_p_value=r.chunk_phase.p_value,
@@ -262,8 +341,9 @@ def _cure_claim(r: Record, plain: Sequence[Record]) -> Judgment:
                "was not learned), so its gap says nothing about a blind spot")
   else:
     smaller, better = gap < b_gap, far >= b_far
-    periodic = any(x is not None and x < PERIOD_ALPHA for x in (p, pooled))
     holds = smaller and not periodic
+    if periodic_haystack is not None:
+      numbers["holds_haystack"] = smaller and not periodic_haystack
     if smaller and better and not periodic:
       verdict = "removes the periodic blind spot at no accuracy cost"
     elif smaller and not periodic:
@@ -286,21 +366,42 @@ def _untested(claim: str, line: str, reason: str) -> Judgment:
   return Judgment(f"INCONCLUSIVE (no data): {line}", claim, None, (), {}, reason)
 
 
-def judge(records: Sequence[Record]) -> list[Judgment]:
+def claim_of(r: Record) -> str | None:
+  """The claim a record's phase test feeds (None: a cure without a claim, e.g. stagger)."""
+  if is_plain_fixed(r):
+    return "C7" if is_code_model(r) else "C1"
+  if r.setup.attention == "full":
+    return "C2"
+  if _is_ablation(r):
+    return "C3" if not r.setup.rope else "C4"
+  if is_cure(r):
+    return "C9" if r.setup.key_shift else "C8" if r.setup.attention == "dynamic" else None
+  return None
+
+
+def judge(records: Sequence[Record],
+          adjusted: Mapping[str, Adjusted] | None = None) -> list[Judgment]:
   """Every judgment the sweep's variants allow, in verdict-line order; a claim they cannot
-  test gets one judgment without records (its line starts with "INCONCLUSIVE (no data)")."""
+  test gets one judgment without records (its line starts with "INCONCLUSIVE (no data)").
+  ``adjusted``: record name -> its tests as its claim reads them (``Adjusted``)."""
+  adjusted = adjusted or {}
+  of = lambda r: adjusted.get(r.name, NO_ADJUSTMENT)  # noqa: E731
+  seeds: dict[str, set[int]] = {}
+  for r in records:
+    seeds.setdefault(r.setup.variant, set()).add(r.setup.seed)
   plain = [r for r in records if is_plain_fixed(r)]
-  out = [_period_claim(r) for r in plain]
+  out = [_period_claim(r, of(r)) for r in plain]
   if not plain:
     out.append(_untested("C1", "period = M (no plain fixed variant)",
                          "no plain fixed variant in the sweep"))
   full = [r for r in records if r.setup.attention == "full"]
-  out += [_full_claim(r) for r in full]
+  out += [_full_claim(r, of(r)) for r in full]
   if not full:
     out.append(_untested("C2", "full attention has no period (no full-attention variant)",
                          "no full-attention variant in the sweep"))
   ablations = [r for r in records if _is_ablation(r)]
-  out += [_ablation_claim(r) for r in ablations]
+  out += [_ablation_claim(r, of(r), one_seed=len(seeds[r.setup.variant]) == 1
+                          and pooling.POOLED_SUFFIX not in r.name) for r in ablations]
   if not any(not r.setup.rope for r in ablations):
     out.append(_untested("C3", "still periodic with RoPE off (no such variant)",
                          "no fixed variant with RoPE off in the sweep"))
@@ -311,17 +412,19 @@ def judge(records: Sequence[Record]) -> list[Judgment]:
   out += gaps or [_untested("C5", "gap(M=2) < gap(M=4) (needs plain fixed M=2 and M=4)",
                             "needs plain fixed M=2 and M=4 with the same needles and seed")]
   cures = [r for r in records if is_cure(r)]
-  out += [_cure_claim(r, plain) for r in cures]
+  out += [_cure_claim(r, plain, of(r)) for r in cures]
   if not cures:
     out.append(_untested("C8", "cures (no dynamic, staggered, random-phase, overlap or "
                          "key-shift compressed variant)", "no dynamic-chunking variant"))
   return out
 
 
-def decide(records: Sequence[Record], pooled: Mapping[str, Record] | None = None) -> list[str]:
+def decide(records: Sequence[Record], pooled: Mapping[str, Record] | None = None,
+           adjusted: Mapping[str, Adjusted] | None = None) -> list[str]:
   """Verdict lines for the claims the sweep's variants can test (module docstring), then
   those of the seed-pooled records of variants with several seeds (``pooling``)."""
-  return verdict_lines(judge(records), judge(list(pooled.values())) if pooled else None)
+  return verdict_lines(judge(records, adjusted),
+                       judge(list(pooled.values()), adjusted) if pooled else None)
 
 
 def verdict_lines(judged: Sequence[Judgment],
@@ -331,38 +434,3 @@ def verdict_lines(judged: Sequence[Judgment],
   return [j.line for j in judged] + [j.line for j in pooled_judged or ()
                                      if j.records and pooling.POOLED_SUFFIX in j.records[0].name]
 
-
-def slot_gain_claim(records: Sequence[Record]) -> combine.Claim:
-  """C6 is measured but has no test yet: INCONCLUSIVE, with the numbers a null would judge."""
-  numbers = {}
-  for r in records:
-    spreads = [s.preferred_phase_spread for s in r.slot_gain or ()
-               if s.preferred_phase_spread is not None]
-    if spreads:
-      numbers[r.name] = {"seed": r.setup.seed, "max_preferred_phase_spread": max(spreads),
-                         "sites": len(r.slot_gain)}
-  if numbers:
-    largest = max(n["max_preferred_phase_spread"] for n in numbers.values())
-    reason = (f"slot gains measured for {len(numbers)} variants (largest spread of the heads' "
-              f"preferred phase {largest:.2f} slots) but not judged against a null (the same "
-              "statistic at initialisation and under permutation of slots)")
-  else:
-    reason = "no realised slot gains in the sweep (sweep.slot_gain_rows = 0 or no fixed layer)"
-  seeds = {n["seed"] for n in numbers.values()}
-  return combine.Claim("C6", combine.STATEMENTS["C6"], combine.INCONCLUSIVE, reason,
-                          numbers, f"0/{len(seeds)}")
-
-
-def claims(records: Sequence[Record], *, pooled: Mapping[str, Record] | None = None,
-           extra: dict[str, combine.Claim] | None = None) -> list[combine.Claim]:
-  """One ``Claim`` per claim C1-C9 from the judgments (``combine`` module docstring).
-
-  ``pooled`` are the variants' seed-pooled records (``pooling.pooled_records``; without
-  them a variant with several seeds has no pooled test), ``extra`` claims decided by other
-  tests (replacing the judgment-based claim with the same id); without one, C6 is
-  INCONCLUSIVE with its numbers.
-  """
-  extra = dict(extra or {})
-  extra.setdefault("C6", slot_gain_claim(records))
-  pooled_judgments = judge(list(pooled.values())) if pooled else None
-  return combine.build(judge(records), pooled=pooled_judgments, extra=extra)

@@ -13,14 +13,15 @@ several seeds with matrices, the record itself when it has one seed (its own tes
 pooled test), and none when several seeds lack matrices (no pooled test can be made). The
 pooled record keeps the first seed's setup with the unit name ``<variant> (N seeds pooled)``;
 its held-out metrics are the seeds' mean (what the accuracy gates read); other fields that are
-not recomputed from matrices (slot gains, split labels, per-depth analyses) are dropped so
+not recomputed from matrices (slot gains, split labels, per-depth analyses, and the
+all-depths analysis where the seeds were asked different offsets at a depth) are dropped so
 nothing in it mixes one seed's value with the pooled statistics.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -68,14 +69,12 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
                       slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
                       images={},
                       token_accuracy_by_offset=None, eval_wall_s=None, train_wall_s=None,
-                      lm_phase_loss=None, depths=None)
+                      lm_phase_loss=None, depths=None, all_depths=None)
   if first.primary_probe == "needle":
-    depths = sorted({k for m in loaded for k in m if k.startswith(correctness.NEEDLE)})
-    if all(set(depths) <= set(m) for m in loaded):
-      every = [m[d] for m in loaded for d in depths]
-      if _same_offsets(every):
-        fields["all_depths"] = stats.analyze(pool_seeds([m.correct_YxJ for m in every]),
-                                             offsets, sizes, **kw).nested()
+    depths = needle_depths(first, loaded)
+    rows = all_depth_rows(loaded, depths)
+    if rows is not None:
+      fields["all_depths"] = stats.analyze(pool_seeds(rows), offsets, sizes, **kw).nested()
     near = max(depths, key=lambda d: _depth(first, d))
     fields["near_accuracy"] = float(pool_seeds([m[near].correct_YxJ for m in loaded]).mean())
     if first.chunk_phase is not None and all(m.phases_YxJ is not None for m in primary):
@@ -83,6 +82,29 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
       fields["chunk_phase"] = stats.analyze(pooled, offsets, sizes, phases=phases, **kw).phase
   setup = dataclasses.replace(first.setup, name=pooled_name(first.setup.variant, len(runs)))
   return dataclasses.replace(first, setup=setup, **fields)
+
+
+def needle_depths(record: VariantRecord,
+                  loaded: Sequence[Mapping[str, correctness.Matrix]]) -> list[str]:
+  """The needle matrices' names, far to near: the order in which a unit stacks its depths for
+  its own all-depths test."""
+  names = {k for m in loaded for k in m if k.startswith(correctness.NEEDLE)}
+  return sorted(names, key=lambda d: (_depth(record, d), d))
+
+
+def all_depth_rows(loaded: Sequence[Mapping[str, correctness.Matrix]],
+                   depths: Sequence[str]) -> list[np.ndarray] | None:
+  """Per seed, its depths' rows stacked far to near (the unit's all-depths rows); None unless
+  every seed has every depth and the seeds were asked the same offsets depth by depth.
+
+  Each depth has its own offsets (the needle sits elsewhere in the haystack), so the seeds
+  must agree depth by depth, not the depths with each other; phases are read from the far
+  depth's offsets, as the unit reads them (offset index j has phase j mod M at every depth)."""
+  if not depths or not all(set(depths) <= set(m) for m in loaded):
+    return None
+  if not all(_same_offsets([m[d] for m in loaded]) for d in depths):
+    return None
+  return [np.concatenate([m[d].correct_YxJ for d in depths]) for m in loaded]
 
 
 def _mean_heldout(runs: Sequence[VariantRecord]) -> dict[str, float] | None:

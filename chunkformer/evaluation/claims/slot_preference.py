@@ -117,3 +117,25 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
   reason = "; ".join(x for x in [note, *reasons] if x)
   return Claim("C6", combine.STATEMENTS["C6"], verdict, reason, numbers,
                f"{agreeing[0]}/{agreeing[1]}")
+
+
+def slot_gain_claim(records: Sequence[VariantRecord]) -> Claim:
+  """C6 is measured but has no test yet: INCONCLUSIVE, with the numbers a null would judge."""
+  numbers = {}
+  for r in records:
+    spreads = [s.preferred_phase_spread for s in r.slot_gain or ()
+               if s.preferred_phase_spread is not None]
+    if spreads:
+      numbers[r.name] = {"seed": r.setup.seed, "max_preferred_phase_spread": max(spreads),
+                         "sites": len(r.slot_gain)}
+  if numbers:
+    largest = max(n["max_preferred_phase_spread"] for n in numbers.values())
+    reason = (f"slot gains measured for {len(numbers)} variants (largest spread of the heads' "
+              f"preferred phase {largest:.2f} slots) but not judged against a null (the same "
+              "statistic at initialisation and under permutation of slots)")
+  else:
+    reason = "no realised slot gains in the sweep (sweep.slot_gain_rows = 0 or no fixed layer)"
+  seeds = {n["seed"] for n in numbers.values()}
+  return Claim("C6", combine.STATEMENTS["C6"], INCONCLUSIVE, reason, numbers,
+               f"0/{len(seeds)}")
+

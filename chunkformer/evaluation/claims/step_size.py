@@ -36,7 +36,7 @@ ONE_TOKEN_REASON = ("with 1-token keys and values a split is total at every M (k
 
 
 def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader, *,
-              seed: int, num_resamples: int) -> dict[str, Any] | None:
+              seed: int, num_resamples: int, confidence: float = 0.95) -> dict[str, Any] | None:
   """The paired gap difference of one needle length over the seeds with both matrices."""
   a_rows, b_rows, seeds, offsets, unlearned = [], [], [], None, []
   for a, b in pairs:
@@ -59,7 +59,8 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
   m_a, m_b = pairs[0][0].chunk_size, pairs[0][1].chunk_size
   phases_a, phases_b = np.mod(offsets, m_a), np.mod(offsets, m_b)
   result = paired_gap.gap_difference(np.stack(a_rows), phases_a, np.stack(b_rows), phases_b,
-                                     num_resamples=num_resamples, seed=seed)
+                                     num_resamples=num_resamples, confidence=confidence,
+                                     seed=seed)
   per_seed = [paired_gap.gap_difference(x, phases_a, y, phases_b, num_resamples=1,
                                         seed=seed).difference.mean
               for x, y in zip(a_rows, b_rows, strict=True)]
@@ -71,6 +72,26 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
           "not_learned": unlearned,
           "seeds": [s for s, _, _ in seeds], "units_m2": [u for _, u, _ in seeds],
           "units_m4": [u for _, _, u in seeds], "per_seed_difference": per_seed}
+
+
+def _how_decided(numbers: dict[str, dict[str, Any]], deciding: dict[str, dict[str, Any]]) -> str:
+  """One sentence: which needle lengths and budgets decide, and what the others say."""
+  by_length: dict[tuple[int, int], list[str]] = {}
+  for name, g in numbers.items():
+    by_length.setdefault((g["key_len"], g["value_len"]), []).append(name)
+  said = []
+  for (k, v), names in sorted(by_length.items()):
+    decided = [n for n in names if n in deciding]
+    others = [numbers[n] for n in names if n not in deciding]
+    g = numbers[decided[0]] if decided else numbers[names[-1]]
+    word = {REPRODUCED: "holds", NOT_REPRODUCED: "reversed"}.get(g["verdict"], "undecided")
+    text = (f"{k}/{v}-token needles: {word} at {g['steps']} steps"
+            + ("" if decided else " (not deciding)"))
+    if decided and others:
+      text += (" (the longest budget decides; at " + ", ".join(
+          f"{o['steps']} steps {o['verdict']}" for o in others) + ")")
+    said.append(text)
+  return "decided by: " + "; ".join(said)
 
 
 def c5_group_name(key_len: int, value_len: int, steps: int) -> str:
@@ -88,15 +109,16 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
   for r in plain:
     groups.setdefault(judgments.needle_block(r), {}).setdefault(
         r.chunk_size, {}).setdefault(r.setup.seed, r)
-  numbers = {}
+  numbers, paired = {}, {}
   for (key_len, value_len, steps), by_m in sorted(groups.items()):
     if 2 not in by_m or 4 not in by_m:
       continue
     pairs = [(by_m[2][s], by_m[4][s]) for s in sorted(set(by_m[2]) & set(by_m[4]))]
     group = _c5_group(pairs, load, seed=seed, num_resamples=num_resamples) if pairs else None
     if group is not None:
-      numbers[c5_group_name(key_len, value_len, steps)] = dict(
-          group, key_len=key_len, value_len=value_len, steps=steps)
+      name = c5_group_name(key_len, value_len, steps)
+      numbers[name] = dict(group, key_len=key_len, value_len=value_len, steps=steps)
+      paired[name] = pairs
   if not numbers:
     return None
   multi = {k: g for k, g in numbers.items() if g["key_len"] + g["value_len"] > 2}
@@ -106,12 +128,24 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
     if lengths not in longest or g["steps"] > numbers[longest[lengths]]["steps"]:
       longest[lengths] = name
   deciding = {name: numbers[name] for name in longest.values()}
+  for name, g in deciding.items():  # looked at several budgets: Bonferroni over the looks
+    looks = sum((h["key_len"], h["value_len"]) == (g["key_len"], g["value_len"])
+                for h in numbers.values())
+    if looks > 1:
+      again = _c5_group(paired[name], load, seed=seed, num_resamples=num_resamples,
+                        confidence=1 - 0.05 / looks)
+      g.update(looks=looks, bonferroni_low=again["difference_low"],
+               bonferroni_high=again["difference_high"],
+               same_sign_at_every_look=len({np.sign(h["difference"]) for h in numbers.values()
+                                            if (h["key_len"], h["value_len"])
+                                            == (g["key_len"], g["value_len"])}) == 1)
   verdict, note = combine.common_verdict({k: g["verdict"] for k, g in deciding.items()},
                                             "needle lengths")
   differences = [d for g in deciding.values() for d in g["per_seed_difference"]]
   agree = (sum(d > 0 for d in differences) if verdict == NOT_REPRODUCED
            else sum(d < 0 for d in differences))
-  parts = [note] if note else []
+  parts = [_how_decided(numbers, deciding)]
+  parts += [note] if note else []
   for name, g in numbers.items():
     text = (f"key {g['key_len']}/value {g['value_len']} tokens, {g['steps']} steps: "
             f"gap(M=2) - gap(M=4) = "
@@ -129,6 +163,12 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
                                          else "")
     elif name not in deciding:
       text += "; not deciding: the longer budget of these needles does"
+    if "looks" in g:
+      text += (f"; {g['looks']} budgets of these needles looked at: Bonferroni-adjusted "
+               f"interval ({1 - 0.05 / g['looks']:.4g}) [{g['bonferroni_low']:.3f}, "
+               f"{g['bonferroni_high']:.3f}], the difference "
+               + ("of the same sign at every budget" if g["same_sign_at_every_look"]
+                  else "changing sign between budgets"))
     parts.append(text)
   return Claim("C5", combine.STATEMENTS["C5"], verdict, "; ".join(parts), numbers,
                f"{agree}/{len(differences)}")

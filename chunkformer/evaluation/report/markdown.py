@@ -1,4 +1,5 @@
-"""Markdown report of a periodicity sweep: comparison table, per-variant sections, verdicts.
+"""Markdown report of a periodicity sweep: a summary (claims, comparison table, main figure),
+then the settings, the verdict lines and the per-variant sections.
 
 Reads typed ``records.variant.VariantRecord``s. The table shows per variant: its name, chunking
 (e.g. "fixed", "dynamic/router"), M / target (chunk size M, or the target mean chunk length of a
@@ -139,12 +140,14 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     verdicts: claim lines decided by the caller, printed as a bullet list.
     intro: free text under the title (setup, commands).
     images: caption -> path of figures about the whole sweep (e.g. the comparison plot).
-    claims: the claim table (``claims.judge``), printed above the verdict lines.
+    claims: the claim table (``claims.judge``), the summary's first part.
   """
-  lines = [f"# {title}", ""]
-  if intro:
-    lines += [intro.strip(), ""]
-  lines += ["## Comparison", "", comparison_table(records), "",
+  # A summary a reader can stop after (the claims, the table, the main figure); the settings,
+  # the verdict lines and the per-variant detail follow it.
+  lines = [f"# {title}", "", "## Summary", ""]
+  if claims:
+    lines += [claims_table(claims), ""]
+  lines += [comparison_table(records), "",
             "M / target: chunk size M, or the target mean chunk length of a dynamic variant; "
             "ratio: achieved tokens per compressed entry; max gap: max-min accuracy over phases; "
             "periodic share: variance over offsets explained by phase mod M (all 1/M harmonics); "
@@ -152,8 +155,8 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
             "phase effect at M.", ""]
   for caption, path in (images or {}).items():
     lines += [f"![{caption}]({_relative(path, directory)})", ""]
-  if claims:
-    lines += ["## Claims", "", claims_table(claims), ""]
+  if intro:
+    lines += ["## Settings", "", intro.strip(), ""]
   lines += ["## Verdicts", ""]
   lines += [f"- {verdict}" for verdict in verdicts] or ["- (none given)"]
   lines += ["", "## Variants", ""]
