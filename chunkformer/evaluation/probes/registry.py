@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.evaluation.probes import key_overlap
+from chunkformer.evaluation.probes import eviction_needles, key_overlap
 from chunkformer.evaluation.probes.base import Probe
 
 PROBES: dict[str, Probe] = {
     "key_overlap": key_overlap.probe,  # kv accuracy by the key tokens another needle shares
+    "eviction_needles": eviction_needles.probe,  # needle sweep under KV eviction policies
 }
 
 
