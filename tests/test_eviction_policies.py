@@ -1,20 +1,25 @@
 """Eviction policies as pure functions: exact budgets, hand-computed SnapKV, ChunkKV against a
 dense numpy reference, rows independent, bad settings refused by name."""
 
+import functools
 from fractions import Fraction
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.config_sections.errors import ConfigError
+from chunkformer.evaluation.probes import end_flags
 from chunkformer.eviction import (
   H2O,
   ChunkKV,
   ContentChunkKV,
   Delimiter,
   KNorm,
+  Router,
   SnapKV,
   StreamingLLM,
   from_dict,
@@ -23,6 +28,9 @@ from chunkformer.eviction import (
 )
 from chunkformer.eviction import scores as scores_lib
 from chunkformer.eviction.specs import LayerInputs
+from chunkformer.model import Transformer
+
+pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 B, T, K, H, D = 3, 24, 2, 4, 8
 
@@ -253,3 +261,28 @@ def test_from_dict_builds_the_policy_a_config_names():
                             "delim3.7-len1-12")
   assert SnapKV(budget=0.25, window=2).tokens(30) == 8  # a share rounds to the nearest token
   assert jax.tree_util.tree_leaves(content) == []  # settings are static: one compile each
+
+
+def test_content_chunks_from_a_trained_models_router_are_its_sown_end_flags():
+  router_model = Transformer(ModelConfig(
+      vocab_size=8, num_layers=1, d_model=16, num_heads=2, num_kv_heads=2, head_dim=8,
+      mlp_dim=32, attention=AttentionConfig(kind="dynamic", boundary="router", chunk_size=4,
+                                            window=4, min_chunk=1, max_chunk=6)))
+  keys, values, queries, tokens = _layer(7)
+  shapes = nn.meta.unbox(jax.eval_shape(router_model.init, jax.random.key(0), tokens)["params"])
+  rng = np.random.default_rng(0)
+  params = jax.tree_util.tree_map(lambda s: jnp.asarray(rng.normal(size=s.shape), s.dtype),
+                                  shapes)
+  policy = ContentChunkKV(budget=10, window=2, boundaries=Router(router_model, params))
+  assert len(jax.tree_util.tree_leaves(policy)) == len(jax.tree_util.tree_leaves(params))
+  kept = _kept(policy, keys, values, queries, tokens)  # the router's weights traced under jit
+  # the flags as evaluation reads them from the model's own forward pass
+  _, state = jax.jit(functools.partial(router_model.apply, mutable=["intermediates"]))(
+      {"params": params}, tokens)
+  ends = np.asarray(end_flags.end_flags(router_model.model, state["intermediates"]))
+  assert 0 < ends[:, :T - 2].sum() < B * (T - 2)  # the router did cut the prompt
+  pooled = np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], jnp.full((B,), T), 7,
+                                               "max")).sum(axis=1)
+  for b in range(B):
+    np.testing.assert_array_equal(kept[b, 0, :-2],
+                                  _reference_chunks(pooled[b], ends[b], 8, T - 2))

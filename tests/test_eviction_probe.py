@@ -1,6 +1,8 @@
 """The probe hook: predictions through prefill(eviction=...) + decoding, and the registered
 ``eviction_needles`` probe's accuracy by position per policy on a tiny model."""
 
+import types
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -8,11 +10,11 @@ import pytest
 from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import evicting, needle_sweep
+from chunkformer.evaluation.probes import evicting, eviction_needles, needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.probes.registry import PROBES, check
-from chunkformer.eviction import StreamingLLM
+from chunkformer.eviction import StreamingLLM, from_dict
 from configs import smoke
 from tests.eviction_reference import keep_masks, masked_forward_jit
 
@@ -74,3 +76,11 @@ def test_probe_records_accuracy_by_offset_and_phase_for_each_policy(trained):
   with pytest.raises(ConfigError, match="'eviction.snapkv.budget'"):
     PROBES["eviction_needles"](context, policies=[dict(policy="snapkv", budget=64, window=4)],
                                num_offsets=6, num_haystacks=2)
+
+
+def test_delimiter_ids_follow_a_loaded_models_token_map():
+  mapping = types.SimpleNamespace(to_model=np.arange(30) + 100)  # kv id i is model id 100 + i
+  policy = from_dict(dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3, 5]))
+  mapped = eviction_needles.in_model_tokens(policy, mapping)
+  assert mapped.boundaries.ids == (103, 105) and mapped.window == 2
+  assert eviction_needles.in_model_tokens(policy, None) is policy

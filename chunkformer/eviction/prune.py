@@ -11,7 +11,7 @@ evicted; a model with any other kind is refused before its forward pass.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +84,3 @@ def evict(model: ModelConfig, cache: Mapping, sown: Mapping, tokens_BxT: Array,
          for layer, k in enumerate(kept)}
   return new, kept
 
-
-def kept_positions(kept: Sequence[Array]) -> Array:
-  """kept_LxBxKxN stacked over layers (numpy-friendly, for tests and probes)."""
-  return jnp.stack(kept)

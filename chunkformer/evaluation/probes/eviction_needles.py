@@ -12,11 +12,14 @@ Each policy's record holds its budget in tokens and, per depth, the accuracy by 
 and by offset mod L for each L of ``phase_sizes`` (default: the unit's chunk sizes and the
 policy's own chunk length); its correctness matrices are stored as
 ``eviction_needles_<policy label>_<depth>`` so that claims can recompute everything.
-A model with other than full-attention layers is refused (ConfigError naming the layer).
+A model with other than full-attention layers is refused (ConfigError naming the layer). For a
+loaded model with a tokenizer the rows and a content policy's delimiter ids (kv ids in the
+config) are mapped to the model's own ids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +28,7 @@ import numpy as np
 from chunkformer import eviction
 from chunkformer.config_sections.errors import ConfigError, one_of
 from chunkformer.data import kv
+from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import evicting, loaded_model, needle_sweep
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
@@ -70,6 +74,15 @@ def _policies(specs: Sequence[Mapping[str, Any]]) -> list[tuple[dict, eviction.P
   return chosen
 
 
+def in_model_tokens(policy: eviction.Policy, mapping) -> eviction.Policy:
+  """The policy with its delimiter ids (kv ids in a config) mapped to a loaded model's ids."""
+  if mapping is None or not isinstance(policy, eviction.ContentChunkKV) or not isinstance(
+      policy.boundaries, eviction.Delimiter):
+    return policy
+  ids = tuple(int(i) for i in mapping.to_model[list(policy.boundaries.ids)])
+  return dataclasses.replace(policy, boundaries=dataclasses.replace(policy.boundaries, ids=ids))
+
+
 def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
           prompt_end: str = "question", num_offsets: int = 24, num_haystacks: int = 8,
           depths: Sequence[float] = (0.0,), phase_sizes: Sequence[int] = (),
@@ -85,6 +98,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
                                       seed=context.seed)
   sweeps = needle_sweep.build(config.data, spec)
   lengths = {s.name: prompt_length(s, config.data, prompt_end) for s in sweeps}
+  mapping = token_map_lib.for_run(context.trained.workdir, config)
   for _, policy in chosen:  # every budget checked against every prompt before any prediction
     for length in set(lengths.values()):
       policy.tokens(length)
@@ -96,7 +110,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
     depth_records = {}
     for sweep in sweeps:
       predictor = loaded_model.adapt(context.trained, evicting.EvictingPredictor(
-          context.trained, batch_size, policy, lengths[sweep.name]))
+          context.trained, batch_size, in_model_tokens(policy, mapping), lengths[sweep.name]))
       (result,) = needle_sweep.run(predictor, [sweep])
       matrices[f"{name}_{result.name}"] = correctness.Matrix(result.correct_YxJ,
                                                               result.offsets_J)
