@@ -54,6 +54,10 @@ def _layer(seed, b=B):
   return keys, values, queries, tokens
 
 
+def _full_lengths(b=B):
+  return jnp.full((b,), T, jnp.int32)  # one dtype everywhere: compiled selections are reused
+
+
 @jax.jit
 def _select(policy, layers, tokens, lengths):
   """policy.select, compiled (a policy is a pytree of static settings: one compile each)."""
@@ -61,7 +65,7 @@ def _select(policy, layers, tokens, lengths):
 
 
 def _kept(policy, keys, values, queries, tokens):
-  lengths = jnp.full((keys.shape[0],), T)
+  lengths = _full_lengths(keys.shape[0])
   w = policy.queries(T)
   layer = LayerInputs(keys, values, queries[:, T - w:])
   return np.asarray(_select(policy, [layer], tokens, lengths)[0])
@@ -87,7 +91,7 @@ def test_each_policy_keeps_exactly_its_budget_and_rows_are_independent(policy):
 @pytest.mark.parametrize("policy", POLICIES, ids=label)
 def test_padding_past_a_rows_length_is_never_kept(policy):
   keys, values, queries, tokens = _layer(2)
-  lengths = jnp.asarray([T, T - 5, T - 2])
+  lengths = jnp.asarray([T, T - 5, T - 2], jnp.int32)
   n = policy.tokens(T)
   # a row's last W queries are its last valid tokens: gather them per row
   w = policy.queries(T)
@@ -195,7 +199,7 @@ def test_chunkkv_keeps_whole_grid_chunks_plus_the_window():
     assert len(chunks) == 2 and sorted(row[:-3].tolist()) == sorted(
         t for c in chunks for t in range(4 * c, 4 * c + 4))
   # the chunks are the best by SnapKV's scores summed over kv heads (numpy reference)
-  lengths = jnp.full((B,), T)
+  lengths = _full_lengths()
   pooled = np.asarray(scores_lib.snapkv_scores(keys, queries[:, -3:], lengths, 3, "max"))
   per_token = pooled.sum(axis=1)
   for b in range(B):
@@ -206,13 +210,13 @@ def test_chunkkv_keeps_whole_grid_chunks_plus_the_window():
 def test_content_chunks_follow_the_delimiter_rule():
   keys, values, queries, tokens = _layer(6)
   tokens = jnp.asarray(np.tile([5, 5, 1, 5, 5, 5, 2, 3], (B, 3)), jnp.int32)  # delimiters 1, 2
-  policy = ContentChunkKV(budget=9, window=2, boundaries=Delimiter((1, 2)))
+  policy = POLICIES[-1]  # delimiters 1, 2; max_chunk 6 never binds on these chunks
   kept = _kept(policy, keys, values, queries, tokens)
   ends = np.isin(np.asarray(tokens[0]), [1, 2])
   for b in range(B):
     expected = _reference_chunks(
-        np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], jnp.full((B,), T), 7,
-                                            "max")).sum(axis=1)[b], ends, 7, T - 2)
+        np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], _full_lengths(), 7,
+                                            "max")).sum(axis=1)[b], ends, 8, T - 2)
     np.testing.assert_array_equal(kept[b, 0, :-2], expected)
 
 
@@ -223,7 +227,7 @@ def test_layer_reuse_shares_the_first_layers_selection():
   alone = [_kept(policy, *layer[:3], tokens) for layer in layers]  # each layer on its own
   inputs = [LayerInputs(k, v, q[:, -3:]) for k, v, q, _ in layers]
   shared = _select(ChunkKV(budget=11, window=3, chunk=4, kernel=3, layer_reuse=2), inputs,
-                   tokens, jnp.full((B,), T))
+                   tokens, _full_lengths())
   np.testing.assert_array_equal(shared[0], alone[0])
   np.testing.assert_array_equal(shared[1], alone[0])  # reused
   np.testing.assert_array_equal(shared[2], alone[2])  # the next group chooses again
@@ -281,7 +285,7 @@ def test_content_chunks_from_a_trained_models_router_are_its_sown_end_flags():
       {"params": params}, tokens)
   ends = np.asarray(end_flags.end_flags(router_model.model, state["intermediates"]))
   assert 0 < ends[:, :T - 2].sum() < B * (T - 2)  # the router did cut the prompt
-  pooled = np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], jnp.full((B,), T), 7,
+  pooled = np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], _full_lengths(), 7,
                                                "max")).sum(axis=1)
   for b in range(B):
     np.testing.assert_array_equal(kept[b, 0, :-2],
