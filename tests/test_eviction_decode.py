@@ -1,6 +1,6 @@
 """Decoding after eviction: equals a forward pass with the evicted keys masked, keep-all equals
-no eviction, the pruned cache holds only the kept entries, other kinds are refused; and the
-same on a tiny Qwen3 checkpoint against transformers."""
+no eviction, the pruned cache holds only the kept entries, other kinds are refused (a tiny
+Qwen3 checkpoint against transformers: test_eviction_qwen3.py)."""
 
 import flax.linen as nn
 import jax
@@ -17,7 +17,6 @@ from chunkformer.eviction import (
   Delimiter,
   KNorm,
   SnapKV,
-  StreamingLLM,
   label,
 )
 from chunkformer.model import Transformer
@@ -79,6 +78,12 @@ def test_decode_after_eviction_matches_forward_with_evicted_keys_masked(setup, p
   assert np.abs(np.asarray(plain[:, PROMPT:] - expected[:, PROMPT:])).max() > 1e-3
   state = cache["block_0"]["attn"]["state"]
   assert int(state["index"]) == T - 1 and int(state["length"]) == BUDGET + T - 1 - PROMPT
+  # the cache holds the kept entries and the room to decode, nothing more: the arrays of a
+  # plain cache of that size plus one int32 slot count per layer
+  assert state["k"].shape == (B, BUDGET + T - PROMPT, 2, 8)
+  room = decode.init_cache(model.model, B, BUDGET + T - PROMPT)
+  assert decode.cache_bytes(cache) == decode.cache_bytes(room) + 4 * 2
+  assert decode.cache_bytes(cache) < decode.cache_bytes(decode.init_cache(model.model, B, T))
   if isinstance(policy, ChunkKV):
     np.testing.assert_array_equal(kept[0], kept[1])  # layer 1 reuses layer 0's selection
     np.testing.assert_array_equal(kept[:, :, 0], kept[:, :, 1])  # one selection per row
@@ -91,25 +96,6 @@ def test_keep_all_equals_no_eviction(setup):
   everything = np.ones((2, B, 4, T - 1, T - 1), bool)
   plain = masked_forward_jit(model, params, tokens[:, :T - 1], jnp.asarray(everything))
   np.testing.assert_allclose(decoded, plain[:, PROMPT - 1:], atol=1e-5, rtol=0)
-
-
-def test_pruned_cache_holds_only_the_kept_entries_and_the_room_to_decode(setup):
-  model, params, tokens = setup
-  policy = StreamingLLM(BUDGET, sinks=2)
-  _, cache, _ = decode.prefill_kept(model, params, tokens[:, :PROMPT], T, policy)
-  kept_layout = decode.init_cache(model.model, B, BUDGET + T - PROMPT)
-  # the arrays of a plain cache sized for the kept entries plus the room, and one int32 slot
-  # count per layer
-  assert decode.cache_bytes(cache) == decode.cache_bytes(kept_layout) + 4 * 2
-  assert decode.cache_bytes(cache) < decode.cache_bytes(decode.init_cache(model.model, B, T))
-  assert cache["block_0"]["attn"]["state"]["k"].shape == (B, BUDGET + T - PROMPT, 2, 8)
-  # the kept keys are the prompt's own (sinks 0, 1 and the last six), RoPE untouched
-  _, plain = decode.prefill_kept(model, params, tokens[:, :PROMPT], PROMPT)[:2]
-  for name in ("k", "v"):
-    full = np.asarray(plain["block_1"]["attn"]["state"][name])
-    np.testing.assert_array_equal(cache["block_1"]["attn"]["state"][name][:, :BUDGET],
-                                  full[:, [0, 1, 8, 9, 10, 11, 12, 13]])
-    assert not np.asarray(cache["block_1"]["attn"]["state"][name][:, BUDGET:]).any()
 
 
 def test_other_kinds_and_impossible_budgets_are_refused_before_the_forward_pass(setup):

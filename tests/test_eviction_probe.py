@@ -37,7 +37,7 @@ def test_evicting_predictor_predicts_as_the_forward_pass_with_evicted_keys_maske
   rows = _rows(trained)
   prompt = int(rows.answer_start_N[0])
   policy = StreamingLLM(budget=8, sinks=2)
-  got = evicting.EvictingPredictor(trained, 8, policy, prompt)(rows.rows)["predictions"]
+  got = evicting.EvictingPredictor(trained, 12, policy, prompt)(rows.rows)["predictions"]
   inputs = rows.rows["inputs"]
   n, t = inputs.shape
   kept = np.broadcast_to(np.r_[0, 1, prompt - 6:prompt], (2, n, 2, 8))  # layers, rows, kv heads
@@ -53,26 +53,30 @@ def test_evicting_predictor_predicts_as_the_forward_pass_with_evicted_keys_maske
 
 
 def test_probe_records_accuracy_by_offset_and_phase_for_each_policy(trained):
-  policies = [dict(policy="streaming_llm", budget=8, sinks=2),
-              dict(policy="chunkkv", budget=0.5, chunk=4, window=2, kernel=3)]
-  options = dict(policies=policies, num_offsets=6, num_haystacks=2, batch_size=12)
+  # the predictor test's policy and batch (its compiled program is reused)
+  policies = [dict(policy="streaming_llm", budget=8, sinks=2)]
+  options = dict(policies=policies, num_offsets=6, num_haystacks=2, batch_size=12,
+                 phase_sizes=(4,))
   check({"eviction_needles": options})
   context = ProbeContext(trained, None, "unit", (3,))
   result = PROBES["eviction_needles"](context, **options)
-  assert set(result.record) == {"streaming_llm-b8-sinks2",
-                                "chunkkv-b0.5-window2-kernel3-poolingmax-layer_reuse1-chunk4"}
-  chunked = result.record["chunkkv-b0.5-window2-kernel3-poolingmax-layer_reuse1-chunk4"]
+  assert list(result.record) == ["streaming_llm-b8-sinks2"]
+  record = result.record["streaming_llm-b8-sinks2"]
   prompt = int(_rows(trained).answer_start_N[0])
-  assert chunked["prompt_tokens"] == [prompt] and chunked["budget_tokens"] == [round(prompt / 2)]
-  matrix = result.matrices["chunkkv-b0.5-window2-kernel3-poolingmax-layer_reuse1-chunk4_far"]
-  far = chunked["depths"]["far"]
+  assert record["prompt_tokens"] == [prompt] and record["budget_tokens"] == [8]
+  assert record["policy"] == policies[0]
+  matrix = result.matrices["streaming_llm-b8-sinks2_far"]
+  assert matrix.correct_YxJ.shape == (2, 6)
+  far = record["depths"]["far"]
   np.testing.assert_allclose(far["accuracy_by_offset"], matrix.correct_YxJ.mean(axis=0))
-  for size in (3, 4):  # the unit's chunk size and the policy's own chunk length
+  for size in (3, 4):  # the unit's chunk size and the option's
     phase = matrix.offsets_J % size
     expected = [matrix.correct_YxJ[:, phase == p].mean() for p in range(size)]
     np.testing.assert_allclose(far["accuracy_by_phase"][str(size)], expected)
   with pytest.raises(ConfigError, match=r"'sweep.probes.eviction_needles.policies\[0\].policy'"):
     PROBES["eviction_needles"](context, policies=[dict(policy="nope", budget=4)])
+  with pytest.raises(ConfigError, match="listed twice"):
+    PROBES["eviction_needles"](context, policies=policies * 2)
   with pytest.raises(ConfigError, match="'eviction.snapkv.budget'"):
     PROBES["eviction_needles"](context, policies=[dict(policy="snapkv", budget=64, window=4)],
                                num_offsets=6, num_haystacks=2)
@@ -84,3 +88,6 @@ def test_delimiter_ids_follow_a_loaded_models_token_map():
   mapped = eviction_needles.in_model_tokens(policy, mapping)
   assert mapped.boundaries.ids == (103, 105) and mapped.window == 2
   assert eviction_needles.in_model_tokens(policy, None) is policy
+  grid = from_dict(dict(policy="chunkkv", budget=8, window=2, chunk=10))
+  assert eviction_needles.phase_sizes_for(grid, (4,), (8, 4)) == [4, 8, 10]
+  assert eviction_needles.phase_sizes_for(policy, (4,), ()) == [4]

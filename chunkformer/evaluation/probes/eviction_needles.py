@@ -9,8 +9,9 @@ prompt ends (``prompt_end``):
   observation window holds the query (all but its last key token);
 - ``haystack`` (kvpress's question-agnostic setting): where the query region starts.
 Each policy's record holds its budget in tokens and, per depth, the accuracy by needle offset
-and by offset mod L for each L of ``phase_sizes`` (default: the unit's chunk sizes and the
-policy's own chunk length); its correctness matrices are stored as
+and by offset mod L for each L of ``phase_sizes``, the unit's chunk sizes and the policy's own
+chunk length (ChunkKV's grid starts at position 0, so a needle's phase is its offset mod L);
+its correctness matrices are stored as
 ``eviction_needles_<policy label>_<depth>`` so that claims can recompute everything.
 A model with other than full-attention layers is refused (ConfigError naming the layer). For a
 loaded model with a tokenizer the rows and a content policy's delimiter ids (kv ids in the
@@ -74,6 +75,13 @@ def _policies(specs: Sequence[Mapping[str, Any]]) -> list[tuple[dict, eviction.P
   return chosen
 
 
+def phase_sizes_for(policy: eviction.Policy, unit_sizes: Sequence[int],
+                    extra: Sequence[int]) -> list[int]:
+  """The L a policy's accuracy is read at: the option's, the unit's and a grid's own chunk."""
+  own = [policy.chunk] if isinstance(policy, eviction.ChunkKV) else []
+  return sorted({*(int(m) for m in extra), *unit_sizes, *own})
+
+
 def in_model_tokens(policy: eviction.Policy, mapping) -> eviction.Policy:
   """The policy with its delimiter ids (kv ids in a config) mapped to a loaded model's ids."""
   if mapping is None or not isinstance(policy, eviction.ContentChunkKV) or not isinstance(
@@ -105,8 +113,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
   record, matrices = {}, {}
   for spec_dict, policy in chosen:
     name = eviction.label(policy)
-    sizes = sorted({*phase_sizes, *context.chunk_sizes, *([policy.chunk] if hasattr(
-        policy, "chunk") else [])})
+    sizes = phase_sizes_for(policy, context.chunk_sizes, phase_sizes)
     depth_records = {}
     for sweep in sweeps:
       predictor = loaded_model.adapt(context.trained, evicting.EvictingPredictor(
