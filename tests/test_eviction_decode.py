@@ -13,8 +13,6 @@ from chunkformer.config import AttentionConfig, ConfigError, ModelConfig
 from chunkformer.eviction import (
   H2O,
   ChunkKV,
-  ContentChunkKV,
-  Delimiter,
   KNorm,
   SnapKV,
   label,
@@ -57,12 +55,12 @@ def _decoded(model, params, tokens, policy):
 
 
 # per kv head from the last queries, from every query, per row with one selection for both
-# layers, per row on delimiter chunks (the selections themselves: test_eviction_policies.py)
+# layers (every policy's selection itself: test_eviction_policies.py; the pruning and decoding
+# path is the same for all)
 @pytest.mark.parametrize("policy", [
     SnapKV(BUDGET, window=2, kernel=3),
     H2O(BUDGET, recent=2),
     ChunkKV(BUDGET, window=2, chunk=3, kernel=3, layer_reuse=2),
-    ContentChunkKV(BUDGET, window=2, kernel=3, boundaries=Delimiter((3, 7, 11))),
 ], ids=label)
 def test_decode_after_eviction_matches_forward_with_evicted_keys_masked(setup, policy):
   model, params, tokens = setup
