@@ -8,9 +8,13 @@ collection and are threaded explicitly through these functions; parameters are t
 parameters, unchanged. Rows of a batch decode in lockstep (one shared position); a cache holds
 one document per row. ``cache_bytes`` measures the actual arrays.
 
-  logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len)
+Inference-time eviction (chunkformer/eviction; full-attention models only): ``eviction=`` a
+policy prunes every layer's cache once after the prompt's forward pass to the policy's budget;
+decoding continues from the pruned cache, each kept key keeping its position.
+
+  logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len[, eviction=SnapKV(budget=64)])
   logits_BxV, cache = step(model, params, cache, tokens_Bx1)
-  tokens_BxN = generate(model, params, prompt_BxT, num_tokens)
+  tokens_BxN = generate(model, params, prompt_BxT, num_tokens[, eviction=...])
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import jax.numpy as jnp
 
 from chunkformer.attention import attention_class
 from chunkformer.config import ModelConfig
+from chunkformer.eviction import prune
+from chunkformer.kvcache import full as full_cache
 from chunkformer.model import Transformer
 
 Array = jax.Array
@@ -45,16 +51,49 @@ def _apply(model: Transformer, params, cache: dict, tokens_BxT: Array, start) ->
   return logits, mutated["cache"]
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_len"))
-def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int) -> tuple[Array, dict]:
-  """Runs the prompt through the parallel forward pass into a fresh cache of ``max_len``.
+def _check_eviction(model: Transformer, prompt_len: int, eviction) -> None:
+  """Refuses a bad policy, a model it cannot prune or a budget the prompt cannot hold, before
+  anything compiles or runs."""
+  if eviction is not None:
+    prune.check_policy(eviction)
+    prune.check_model(model.model)
+    eviction.tokens(prompt_len)
 
-  Returns (logits_BxTxV of the prompt, cache).
-  """
+
+def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
+                 eviction=None) -> tuple[Array, dict, list[Array] | None]:
+  """``prefill``, also returning each layer's kept positions kept_BxKxN (None: no eviction)."""
   if prompt_BxT.shape[1] > max_len:
     raise ValueError(f"prompt of {prompt_BxT.shape[1]} tokens exceeds max_len {max_len}")
-  cache = init_cache(model.model, prompt_BxT.shape[0], max_len)
-  return _apply(model, params, cache, prompt_BxT, 0)
+  _check_eviction(model, prompt_BxT.shape[1], eviction)
+  return _prefill(model, params, prompt_BxT, max_len, eviction)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_len"))
+def _prefill(model, params, prompt_BxT, max_len, eviction):
+  b, t = prompt_BxT.shape
+  if eviction is None:
+    logits, cache = _apply(model, params, init_cache(model.model, b, max_len), prompt_BxT, 0)
+    return logits, cache, None
+  positions = jnp.broadcast_to(jnp.arange(t), prompt_BxT.shape)
+  logits, mutated = model.apply(
+      {"params": params, "cache": init_cache(model.model, b, t)}, prompt_BxT, positions,
+      decode=True, mutable=["cache", full_cache.QUERIES])
+  cache, kept = prune.evict(model.model, mutated["cache"], mutated[full_cache.QUERIES],
+                            prompt_BxT, eviction, room=max_len - t)
+  return logits, cache, kept
+
+
+def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int,
+            eviction=None) -> tuple[Array, dict]:
+  """Runs the prompt through the parallel forward pass into a fresh cache of ``max_len``.
+
+  With ``eviction`` (a chunkformer.eviction policy; full-attention models only, ConfigError
+  otherwise) every layer's cache is then pruned to the policy's budget n and holds
+  n + (max_len - T) slots. Returns (logits_BxTxV of the prompt, cache).
+  """
+  logits, cache, _ = prefill_kept(model, params, prompt_BxT, max_len, eviction)
+  return logits, cache
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -69,8 +108,8 @@ def step(model: Transformer, params, cache: dict, tokens_Bx1: Array) -> tuple[Ar
 
 
 @functools.partial(jax.jit, static_argnames=("model", "num_tokens", "max_len"))
-def _generate(model, params, prompt_BxT, num_tokens, max_len):
-  logits, cache = prefill(model, params, prompt_BxT, max_len)
+def _generate(model, params, prompt_BxT, num_tokens, max_len, eviction):
+  logits, cache = prefill(model, params, prompt_BxT, max_len, eviction)
   first = jnp.argmax(logits[:, -1], axis=-1).astype(prompt_BxT.dtype)
 
   def body(carry, _):
@@ -83,13 +122,15 @@ def _generate(model, params, prompt_BxT, num_tokens, max_len):
 
 
 def generate(model: Transformer, params, prompt_BxT: Array, num_tokens: int,
-             max_len: int | None = None) -> Array:
-  """Greedy continuation: tokens_BxN (N = num_tokens) after the prompt."""
+             max_len: int | None = None, eviction=None) -> Array:
+  """Greedy continuation: tokens_BxN (N = num_tokens) after the prompt (pruned by
+  ``eviction`` after the prefill, if given)."""
   needed = prompt_BxT.shape[1] + num_tokens
   max_len = needed if max_len is None else max_len
   if needed > max_len:
     raise ValueError(f"prompt + num_tokens = {needed} exceeds max_len {max_len}")
-  return _generate(model, params, prompt_BxT, num_tokens, max_len)
+  _check_eviction(model, prompt_BxT.shape[1], eviction)
+  return _generate(model, params, prompt_BxT, num_tokens, max_len, eviction)
 
 
 def cache_bytes(cache: dict) -> int:

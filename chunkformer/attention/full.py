@@ -35,7 +35,8 @@ class FullAttention(nn.Module):
     qkv = QKVProjection(self.model, name="qkv")
     if ctx.decode:
       state = self.variable("cache", "state", cache_lib.missing_cache)
-      o_BxTxHxD, state.value = full_cache.append(qkv, x_BxTxE, state.value)
+      o_BxTxHxD, q_BxTxHxD, state.value = full_cache.append(qkv, x_BxTxE, state.value)
+      self.sow(full_cache.QUERIES, "q", q_BxTxHxD)  # stored only where eviction asks for it
       return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     q, k, v = qkv(x_BxTxE, ctx)
     mask = document_causal_mask(ctx.segment_ids_BxT)

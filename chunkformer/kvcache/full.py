@@ -1,4 +1,10 @@
-"""Decoding state of the ``full`` kind: every raw key/value, the uncompressed baseline."""
+"""Decoding state of the ``full`` kind: every raw key/value, the uncompressed baseline.
+
+``index`` counts the tokens of the row (the next token's position). An evicted cache
+(chunkformer/eviction) also holds ``length``: the slots written, smaller than ``index`` once
+eviction dropped entries; the kept keys carry RoPE at their original positions, so new tokens
+are written at slot ``length`` but rotated at position ``index``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from chunkformer.kvcache import common as cache_lib
 
 Array = jax.Array
 
+# The collection a prefill may read each full layer's queries from (eviction scores them);
+# nothing is stored unless the caller makes it mutable.
+QUERIES = "prompt_queries"
+
 
 def init_state(model: ModelConfig, batch: int, max_len: int) -> dict[str, Array]:
   """``k``/``v`` B x max_len x K x D (after RoPE), plus index and history."""
@@ -20,18 +30,26 @@ def init_state(model: ModelConfig, batch: int, max_len: int) -> dict[str, Array]
   return state
 
 
-def append(qkv, x_BxTxE: Array, state: dict) -> tuple[Array, dict]:
-  """Appends T >= 1 tokens at ``index`` and attends causally over the cache: (o_BxTxHxD, state)."""
+def written(state: dict) -> Array:
+  """Slots of ``k``/``v`` holding tokens (``index`` unless eviction compacted the cache)."""
+  return state.get("length", state["index"])
+
+
+def append(qkv, x_BxTxE: Array, state: dict) -> tuple[Array, Array, dict]:
+  """Appends T >= 1 tokens and attends causally over the cache: (o_BxTxHxD, q_BxTxHxD, state)."""
   t = x_BxTxE.shape[1]
   x_win, ctx = cache_lib.step_input(x_BxTxE, state)
   q, k, v = (a[:, -t:] for a in qkv(x_win, ctx))
-  index = state["index"]
+  slot = written(state)
   new = dict(state)
   for name, value in (("k", k), ("v", v)):
     new[name] = jax.lax.dynamic_update_slice_in_dim(state[name], value.astype(state[name].dtype),
-                                                    index, axis=1)
+                                                    slot, axis=1)
   cap = state["k"].shape[1]
-  mask = jnp.arange(cap)[None, :] <= index + jnp.arange(t)[:, None]
+  mask = jnp.arange(cap)[None, :] <= slot + jnp.arange(t)[:, None]
   o = jax.nn.dot_product_attention(q, new["k"].astype(q.dtype), new["v"].astype(q.dtype),
                                    mask=mask[None, None], implementation="xla")
-  return o, cache_lib.advance(new, x_BxTxE)
+  new = cache_lib.advance(new, x_BxTxE)
+  if "length" in state:
+    new["length"] = state["length"] + t
+  return o, q, new

@@ -17,6 +17,7 @@ from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
 from chunkformer.evaluation.probes import (
+  eviction_needles,
   gate_concentration,
   gate_cycling,
   head_knockout,
@@ -32,6 +33,7 @@ PROBES: dict[str, Probe] = {
     "gate_concentration": gate_concentration.probe,  # effective offsets per gate: static, window
     "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
     "head_knockout": head_knockout.probe,  # KV heads mean-replaced at the query: change by residue
+    "eviction_needles": eviction_needles.probe,  # needle sweep under KV eviction policies
 }
 
 
