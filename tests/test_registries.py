@@ -128,6 +128,7 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
                             r"first_token"),
     ({"first_token": {"rowz": 3}}, r"'sweep\.probes\.first_token': .*rowz"),
     ({"first_token": 3}, r"'sweep\.probes\.first_token': give the probe's options as a dict"),
+    ({"lm_phase_loss": {"batchez": 2}}, r"'sweep\.probes\.lm_phase_loss': .*batchez"),  # built-in
 ])
 def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_path, probes,
                                                              match):

@@ -47,14 +47,15 @@ def defaults() -> dict[str, dict[str, Any]]:
 
 def from_legacy(values: Mapping[str, Any]) -> dict[str, Any]:
   """Sweep settings with the flat ``LEGACY_FIELDS`` -> the same settings with ``probes``: the
-  built-ins those fields (and their old defaults) gave, then any ``probes`` entry (those were
-  the other probes). Settings without legacy fields come back unchanged."""
+  built-ins those fields (and their old defaults) gave, then the ``probes`` entries (those were
+  the other probes; one a given flat field also sets is a ConfigError). Settings without
+  legacy fields come back unchanged."""
   legacy = {k: v for k, v in values.items() if k in LEGACY_FIELDS}
   out = {k: v for k, v in values.items() if k not in LEGACY_FIELDS}
   if not legacy:
     return out
   others = dict(out.get("probes") or {})
-  both = sorted(set(others) & {probe for probe, _ in LEGACY_FIELDS.values()})
+  both = sorted(set(others) & {LEGACY_FIELDS[k][0] for k in legacy})
   if both:
     fields = sorted(k for k in legacy if LEGACY_FIELDS[k][0] == both[0])
     raise ConfigError(f"config field 'sweep.probes.{both[0]}': also set by "
