@@ -5,6 +5,7 @@ up in results.json and in the report of a real (tiny) sweep."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import types
@@ -65,14 +66,38 @@ def registered(monkeypatch):
   monkeypatch.setitem(claim_registry.CLAIMS, "C10", _toy_claim)
 
 
-def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp_path):
+def _spy(name: str, calls: list):
+  """PROBES[name], recording each call's options."""
+  real = probe_registry.PROBES[name]
+
+  @functools.wraps(real)  # its signature: the options and their defaults
+  def probe(context, **options):
+    calls.append((name, options))
+    return real(context, **options)
+  return probe
+
+
+def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp_path,
+                                                                 monkeypatch):
+  calls = []
+  for name in ("needle_sweep", "prefix_probe", "slot_gain", "lm_phase_loss", "first_token"):
+    monkeypatch.setitem(probe_registry.PROBES, name, _spy(name, calls))
   config = make_sweep({"smoke": SMOKE}, **TINY)
   config.sweep.probes.first_token = dict(rows=3)  # as a sweep config file enables it
   outcome = sweep.run(config, str(tmp_path), command="test")
+  # The built-ins run through the registry too, in its order, with the config's options: TINY
+  # switches the prefix probe and the slot gains off (the older flat fields), so they never
+  # ran, and their record fields and report sections are absent.
+  assert calls == [("needle_sweep", {"num_offsets": 12, "num_haystacks": 3,
+                                     "depths": (0.0, 1.0)}),
+                   ("first_token", {"rows": 3})]
   with open(outcome.results_path) as f:
     stored = json.load(f)
   assert stored["schema_version"] == 3
-  assert stored["settings"]["probes"] == {"first_token": {"rows": 3}}
+  # The built-ins TINY leaves on (the needle sweep), then the toy probe, with all options.
+  assert stored["settings"]["probes"] == {
+      "needle_sweep": {"num_offsets": 12, "num_haystacks": 3, "depths": [0.0, 1.0]},
+      "first_token": {"rows": 3}}
   (entry,) = stored["variants"]
   record = entry["probes"]["first_token"]
   assert record["rows"] == 3 and record["unit"] == "smoke"
@@ -86,6 +111,10 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   with open(outcome.report_path) as f:
     report = f.read()
   assert "## Probes enabled by the sweep config" in report
+  assert "## Needle sweep by depth" in report
+  assert "## Prefix probe" not in report and "## Slot gains" not in report
+  assert entry["primary_probe"] == "needle" and entry["slot_gain"] is None
+  assert "prefix_probe" not in entry and "slot_gain_init" not in entry
   assert f"| smoke | first_token | `{json.dumps(record, sort_keys=True)}` |" in report
   assert "| C10 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
   # The typed results read it back (schema 3), and a rejudge keeps it.
@@ -99,6 +128,7 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
                             r"first_token"),
     ({"first_token": {"rowz": 3}}, r"'sweep\.probes\.first_token': .*rowz"),
     ({"first_token": 3}, r"'sweep\.probes\.first_token': give the probe's options as a dict"),
+    ({"lm_phase_loss": {"batchez": 2}}, r"'sweep\.probes\.lm_phase_loss': .*batchez"),  # built-in
 ])
 def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_path, probes,
                                                              match):
@@ -125,3 +155,4 @@ def test_the_key_overlap_probe_scores_a_perfect_reader_perfectly():
              for r in result.record[side])
   code = types.SimpleNamespace(config=types.SimpleNamespace(data=DataConfig(task="code")))
   assert key_overlap.probe(dataclasses.replace(context, trained=code)).record is None
+

@@ -19,7 +19,7 @@ from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
 from chunkformer.evaluation.claims import judgments
-from chunkformer.evaluation.probes import end_flags, needle_sweep, prefix_probe, slot_gain
+from chunkformer.evaluation.probes import builtin, end_flags, needle_sweep, prefix_probe, slot_gain
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.records import correctness, results_file
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
@@ -83,7 +83,7 @@ def test_depths_share_haystack_positions_mod_alignment_and_order_by_distance():
 
 def test_sweep_window_that_does_not_fit_names_num_offsets():
   spec = dataclasses.replace(SPEC, num_offsets=90)
-  with pytest.raises(ConfigError, match="sweep.num_offsets"):
+  with pytest.raises(ConfigError, match="sweep.probes.needle_sweep.num_offsets"):
     needle_sweep.build(KV, spec)
 
 
@@ -123,7 +123,7 @@ def _answer(probe, a):
 
 
 def test_prefix_longer_than_the_sequence_allows_names_prefix_max():
-  with pytest.raises(ConfigError, match="sweep.prefix_max"):
+  with pytest.raises(ConfigError, match="sweep.probes.prefix_probe.max_prefix"):
     prefix_probe.base_config(KV, prefix_probe.PrefixSpec(max_prefix=60, num_prompts=2))
 
 
@@ -155,8 +155,9 @@ def _sweep(variants, **settings):
      "variants.a.overrides.model.attention.chunk_sise.*no field 'chunk_sise'"),
     ({"a": variant("configs/smoke.py", {"data.seq_len": "long"})}, {},
      "variants.a.overrides.data.seq_len"),
-    ({"a": SMOKE}, {"num_offsets": 40}, "sweep.num_offsets"),
-    ({"a": SMOKE}, {"num_offsets": 6, "reference_chunk_size": 4}, "sweep.num_offsets.*>= 12"),
+    ({"a": SMOKE}, {"num_offsets": 40}, "sweep.probes.needle_sweep.num_offsets"),
+    ({"a": SMOKE}, {"num_offsets": 6, "reference_chunk_size": 4},
+     "sweep.probes.needle_sweep.num_offsets.*>= 12"),
     ({"a": SMOKE}, {"order": ("a", "b")}, "sweep.order.*'b'"),
     ({"a": SMOKE}, {"order": ("(a,b)",)}, r"no variant '\(a,b\)'; on the command line a tuple "
      "needs quoted names"),
@@ -460,7 +461,7 @@ def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots(
   trained = _untrained(**{"model.attention.kind": "fixed", "model.attention.window": 4,
                           "model.attention.chunk_size": 4})
   rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
-  out = unit._predictor(trained, 8)(rows)
+  out = builtin.predictor(trained, 8)(rows)
   sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
   sites = slot_gain.analyze(trained.params, trained.config.model, sums)["sites"]
   assert [s["layer"] for s in sites] == [0, 1]

@@ -2,8 +2,9 @@
 
 A sweep config is a ConfigDict with ``sweep`` (settings: every field of
 ``chunkformer.evaluation.sweep.config.SweepSettings``, so each can be overridden from the
-command line), ``overrides`` (applied to every variant) and ``variants`` (name -> train config
-file plus overrides). Overrides are written with dotted keys here and stored nested, because
+command line, and ``sweep.probes``: the probes it runs, each with its options),
+``overrides`` (applied to every variant) and ``variants`` (name -> train config file plus
+overrides). Overrides are written with dotted keys here and stored nested, because
 ConfigDict field names cannot hold dots.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import ml_collections
 
+from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.evaluation.sweep.config import SEED_SEPARATOR, SweepSettings
 
 
@@ -42,13 +44,19 @@ def sweep_config(variants: Mapping[str, ml_collections.ConfigDict], *,
                  **settings: Any) -> ml_collections.ConfigDict:
   """The whole sweep config; ``settings`` are SweepSettings fields (the rest keep defaults).
 
-  ``order`` defaults to the order of ``variants`` (ConfigDict itself sorts its keys).
+  ``probes`` lists every probe the sweep runs (default: the built-ins of
+  ``probe_settings.DEFAULT_PROBES``); the flat fields of older sweep configs
+  (``probe_settings.LEGACY_FIELDS``, e.g. ``prefix_prompts=0``) are accepted and written as
+  the same probes. ``order`` defaults to the order of ``variants`` (ConfigDict itself sorts
+  its keys).
   """
   values = dataclasses.asdict(SweepSettings())
-  unknown = set(settings) - set(values)
+  unknown = set(settings) - set(values) - set(probe_settings.LEGACY_FIELDS)
   if unknown:
     raise ValueError(f"unknown sweep settings {sorted(unknown)}; known: {', '.join(values)}")
-  values.update(settings)
+  if set(settings) & set(probe_settings.LEGACY_FIELDS):
+    values.pop("probes")  # the older form: the flat fields name the built-ins
+  values = probe_settings.from_legacy({**values, **settings})
   if not values["order"]:
     values["order"] = tuple(variants)
   config = ml_collections.ConfigDict()

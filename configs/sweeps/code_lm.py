@@ -97,11 +97,8 @@ def get_config():
       seeded_units(VARIANTS),
       overrides=SHARED,
       name="code_lm",
-      num_offsets=12,
       reference_chunk_size=4,
-      prefix_max=12,
-      prefix_prompts=64,
-      slot_gain_rows=32,
-      phase_loss_batches=16,
       eval_batch_size=32,
+      probes=dict(needle_sweep=dict(num_offsets=12), prefix_probe=dict(prompts=64, max_prefix=12),
+                  slot_gain=dict(rows=32), lm_phase_loss=dict(batches=16)),
   )

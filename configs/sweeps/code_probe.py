@@ -40,10 +40,8 @@ def get_config():
       },
       overrides=SHARED,
       name="code_probe",
-      num_offsets=12,
       reference_chunk_size=4,
-      prefix_max=12,
-      prefix_prompts=64,
-      slot_gain_rows=32,
       eval_batch_size=32,
+      probes=dict(needle_sweep=dict(num_offsets=12), prefix_probe=dict(prompts=64, max_prefix=12),
+                  slot_gain=dict(rows=32)),
   )

@@ -16,9 +16,9 @@ notebook, and a variant a notebook trained is not retrained by the demo.
 
 from configs.sweeps import demo, sweep_config
 
-NOTEBOOKS = {
-    "quickstart": dict(order=("full", "fixed_m4"), slot_gain_rows=0),
-    "anatomy": dict(order=("fixed_m4", "dynamic_m4"), slot_gain_rows=64),
+NOTEBOOKS = {  # variants, and the slot-gain rows (None: no slot gains)
+    "quickstart": dict(order=("full", "fixed_m4"), slot_gain=None),
+    "anatomy": dict(order=("fixed_m4", "dynamic_m4"), slot_gain=dict(rows=64)),
 }
 # Tiny model and rows for CI: every code path runs, training only takes seconds.
 FAST_OVERRIDES = {
@@ -37,8 +37,8 @@ FAST_OVERRIDES = {
     "train.checkpoint_every": 12,
     "train.eval_batches": 1,
 }
-FAST_SETTINGS = dict(num_offsets=12, num_haystacks=4, slot_gain_rows=8, eval_batch_size=48,
-                     num_resamples=200, num_permutations=200)
+FAST_SETTINGS = dict(eval_batch_size=48, num_resamples=200, num_permutations=200)
+FAST_PROBES = dict(needle_sweep=dict(num_offsets=12, num_haystacks=4), slot_gain=dict(rows=8))
 
 
 def get_config(arg: str = "quickstart"):
@@ -48,11 +48,16 @@ def get_config(arg: str = "quickstart"):
                      f"{', '.join(NOTEBOOKS)}")
   config = demo.get_config()
   overrides = dict(demo.SHARED)
-  settings = dict(config.sweep.to_dict(), name=name, depths=(0.0,), prefix_prompts=0,
-                  **NOTEBOOKS[name])
+  notebook = NOTEBOOKS[name]
+  # The demo's needle sweep at the far depth only; no prefix probe.
+  probes = {"needle_sweep": dict(config.sweep.probes.needle_sweep.to_dict(), depths=(0.0,))}
+  if notebook["slot_gain"] is not None:
+    probes["slot_gain"] = notebook["slot_gain"]
+  settings = dict(config.sweep.to_dict(), name=name, order=notebook["order"])
   if flags:
     overrides.update(FAST_OVERRIDES)
-    settings.update(FAST_SETTINGS, slot_gain_rows=settings["slot_gain_rows"] and
-                    FAST_SETTINGS["slot_gain_rows"])
+    settings.update(FAST_SETTINGS)
+    probes = {k: {**v, **FAST_PROBES[k]} for k, v in probes.items()}
+  settings["probes"] = probes
   variants = {v: config.variants[v] for v in settings["order"]}
   return sweep_config(variants, overrides=overrides, **settings)

@@ -81,8 +81,8 @@ over the chunk's `M` slots per channel: `z` is a content gate, `ape` the learned
 A *gain* is `M` times a slot's weight, so 1.0 is the uniform share. First the slot bias alone,
 then the weights the model really applies on held-out rows (bias and gate together), averaged
 over channels and complete chunks; rows are the key/value heads of each layer."""),
-    ("code", """gains = {name: anatomy.slot_gains(model, runs[name], plan.settings.slot_gain_rows)
-         for name, model in models.items()}
+    ("code", """gain_rows = plan.settings.probes["slot_gain"]["rows"]
+gains = {name: anatomy.slot_gains(model, runs[name], gain_rows) for name, model in models.items()}
 for key, what in (("bias_gain", "slot bias"), ("realised_gain", "realised")):
   for slots, grid in slot_gain.gain_grids(gains[FIXED], key).items():
     display(Image(filename=plots.plot_slot_gains(

@@ -38,6 +38,7 @@ from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import kv
 from chunkformer.evaluation.probes import trained as trained_lib
 
+FIELD = "sweep.probes.needle_sweep"  # the sweep config's entry, named by errors
 DEPTH_NAMES = {0.0: "far", 0.5: "middle", 1.0: "near"}
 
 
@@ -84,12 +85,12 @@ class WindowAlignmentError(ConfigError):
 def window(config: DataConfig, spec: NeedleSweepSpec, depth: float) -> tuple[int, int]:
   """Reserved interval [start, stop) of one depth; the needle takes offsets start..start+K-1.
 
-  Raises ConfigError naming ``sweep.num_offsets`` if the window does not fit the haystack of
-  ``data.seq_len`` tokens, and ``WindowAlignmentError`` if it fits only at a start that is not
-  a multiple of ``spec.align``.
+  Raises ConfigError naming ``sweep.probes.needle_sweep.num_offsets`` if the window does not
+  fit the haystack of ``data.seq_len`` tokens, and ``WindowAlignmentError`` if it fits only at
+  a start that is not a multiple of ``spec.align``.
   """
   if spec.num_offsets < 2:
-    raise ConfigError(f"config field 'sweep.num_offsets': need >= 2 offsets, got "
+    raise ConfigError(f"config field '{FIELD}.num_offsets': need >= 2 offsets, got "
                       f"{spec.num_offsets}")
   hay_stop = kv.query_start(config)
   width = spec.num_offsets - 1 + kv.needle_len(config)
@@ -98,7 +99,7 @@ def window(config: DataConfig, spec: NeedleSweepSpec, depth: float) -> tuple[int
                                num_queries=config.num_queries)
   except ValueError as e:
     raise ConfigError(
-        f"config field 'sweep.num_offsets': {spec.num_offsets} offsets of a "
+        f"config field '{FIELD}.num_offsets': {spec.num_offsets} offsets of a "
         f"{kv.needle_len(config)}-token needle need {width} tokens, but the haystack of "
         f"data.seq_len = {config.seq_len} holds [1, {hay_stop}) ({e})") from None
   start -= start % spec.align
@@ -124,7 +125,7 @@ def _base_layout(config: DataConfig, spec: NeedleSweepSpec, depth_index: int, ha
     raise ConfigError(
         f"config field 'data.num_pairs': {config.num_pairs} needles do not fit outside the "
         f"sweep window {reserved} of data.seq_len = {config.seq_len} ({e}); use fewer "
-        "sweep.num_offsets or a longer sequence") from None
+        f"{FIELD}.num_offsets or a longer sequence") from None
   return kv.with_first_query(layout, 0)
 
 
@@ -134,11 +135,12 @@ def check_fits(config: DataConfig, spec: NeedleSweepSpec) -> None:
     raise ConfigError(f"config field 'data.task': the needle shift sweep needs task 'kv', got "
                       f"{config.task!r} (use the prefix probe for code models)")
   if spec.num_haystacks < 1:
-    raise ConfigError(f"config field 'sweep.num_haystacks': need >= 1, got "
+    raise ConfigError(f"config field '{FIELD}.num_haystacks': need >= 1, got "
                       f"{spec.num_haystacks}")
   for index, depth in enumerate(spec.depths):
     if not 0.0 <= depth <= 1.0:
-      raise ConfigError(f"config field 'sweep.depths': each depth must lie in [0, 1], got {depth}")
+      raise ConfigError(f"config field '{FIELD}.depths': each depth must lie in [0, 1], got "
+                        f"{depth}")
     _base_layout(config, spec, index, 0, window(config, spec, depth))
 
 

@@ -34,6 +34,7 @@ from chunkformer.data import tokenizer as tokenizer_lib
 from chunkformer.evaluation.probes import needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 
+FIELD = "sweep.probes.prefix_probe"  # the sweep config's entry, named by errors
 EQUALS = ord("=")
 
 
@@ -82,10 +83,10 @@ def pad_token(config: DataConfig) -> int:
 def base_config(config: DataConfig, spec: PrefixSpec) -> DataConfig:
   """The data config of the unshifted prompts (ConfigError naming the field if they don't fit)."""
   if spec.max_prefix < 2:
-    raise ConfigError(f"config field 'sweep.prefix_max': need >= 2 prefix lengths beyond 0, got "
-                      f"{spec.max_prefix}")
+    raise ConfigError(f"config field '{FIELD}.max_prefix': need >= 2 prefix lengths beyond 0, "
+                      f"got {spec.max_prefix}")
   if spec.num_prompts < 1:
-    raise ConfigError(f"config field 'sweep.prefix_prompts': need >= 1, got {spec.num_prompts}")
+    raise ConfigError(f"config field '{FIELD}.prompts': need >= 1, got {spec.num_prompts}")
   if config.task == "corpus":
     _check_byte_level(config)
   changes = {"seq_len": config.seq_len - spec.max_prefix}
@@ -98,7 +99,7 @@ def base_config(config: DataConfig, spec: PrefixSpec) -> DataConfig:
     data_lib.check_config(base)
   except ConfigError as e:
     raise ConfigError(
-        f"config field 'sweep.prefix_max': prefixes up to {spec.max_prefix} tokens leave "
+        f"config field '{FIELD}.max_prefix': prefixes up to {spec.max_prefix} tokens leave "
         f"{base.seq_len} of data.seq_len = {config.seq_len} tokens for the prompt, too few "
         f"({e})") from None
   return base

@@ -1,9 +1,11 @@
 """``PROBES``: every probe a sweep config can enable by name.
 
 ``sweep.probes.<name> = dict(option=value, ...)`` runs ``PROBES[name](context, **options)``
-(``base``) on every unit after the sweep's own probes (the needle sweep, prefix probe, slot
-gains and loss by position, which the claims read as typed record fields); its result is
-stored under its name in the variant record (results.json schema 3) and shown in the report.
+(``base``) on every unit, in the order of this registry; an option not given takes the
+function's keyword default. The sweep's built-in probes (``builtin``: the needle sweep,
+prefix probe, slot gains and loss by position) are entries like any other; they give the typed
+record fields the claims read. Any other probe's result is stored under its name in the
+variant record (results.json schema 3) and shown in the report.
 
 Adding a probe: one module with its function and one line below (``tests/test_registries.py``
 does this with a toy probe).
@@ -17,6 +19,7 @@ from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
 from chunkformer.evaluation.probes import (
+  builtin,
   eviction_needles,
   gate_concentration,
   gate_cycling,
@@ -27,6 +30,10 @@ from chunkformer.evaluation.probes import (
 from chunkformer.evaluation.probes.base import Probe
 
 PROBES: dict[str, Probe] = {
+    "needle_sweep": builtin.run_needle_sweep,  # accuracy by needle offset, at every depth
+    "prefix_probe": builtin.run_prefix_probe,  # accuracy by prefix length N
+    "slot_gain": builtin.run_slot_gain,  # realised pooling weight per slot (and at init)
+    "lm_phase_loss": builtin.run_lm_phase_loss,  # language models: loss by position mod M
     "key_overlap": key_overlap.probe,  # kv accuracy by the key tokens another needle shares
     "lookup": lookup.probe,  # position-matched lookup: accuracy by residue, Wilson intervals
     "long_needle": lookup.needle_probe,  # multi-token records filling the context, by residue
@@ -52,3 +59,15 @@ def check(probes: Mapping[str, Any]) -> None:
       inspect.signature(PROBES[name]).bind(None, **options)
     except TypeError as e:
       raise ConfigError(f"config field '{field}': {e}") from None
+
+
+def options(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+  """Every option of probe ``name``: ``given`` ones, the function's defaults for the rest."""
+  bound = inspect.signature(PROBES[name]).bind(None, **given)
+  bound.apply_defaults()
+  return dict(list(bound.arguments.items())[1:])  # all but the context
+
+
+def enabled(probes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """The names in ``probes``, in the registry's order (the order the sweep runs them in)."""
+  return [name for name in PROBES if name in probes]

@@ -3,7 +3,9 @@
 A sweep config is an ``ml_collections`` file like a training config (same ``--config`` flag,
 ``lock_config``), marked by a top-level ``sweep`` field:
 
-  sweep:      settings (``SweepSettings`` below; ``--config.sweep.num_haystacks=64`` works)
+  sweep:      settings (``SweepSettings`` below) and the probes it runs (``sweep.probes``,
+              ``probe_settings``; ``--config.sweep.probes.needle_sweep.num_haystacks=64``
+              works; the flat fields of older configs are read as the same probes)
   overrides:  nested fields applied to every variant's train config first (may be empty)
   variants:   name -> {config: train config file ("path[:arg]"), overrides: nested fields,
               checkpoint: an existing finished run directory instead of training ("" = train)}
@@ -32,9 +34,10 @@ from chunkformer import attention
 from chunkformer import config as config_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, ModelConfig
-from chunkformer.evaluation.probes import needle_sweep, prefix_probe
+from chunkformer.evaluation.probes import builtin, needle_sweep, prefix_probe
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.sweep import probe_settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
   os.path.abspath(__file__)))))  # chunkformer/evaluation/sweep/config.py -> the repository
@@ -44,36 +47,24 @@ COMPRESSED_KINDS = ("fixed", "dynamic")
 
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
-  """``config.sweep``. Token counts in tokens; 0 means "derive it" where stated."""
+  """``config.sweep``. Token counts in tokens."""
 
   name: str = "sweep"  # report title
   seed: int = 0  # added to every variant's config.seed; seeds haystacks and statistics too
   order: tuple[str, ...] = ()  # variants to run, in table order (empty: all, sorted by name)
-  num_offsets: int = 0  # K needle offsets per window; 0 = smallest multiple of the chunk-size
-  # lcm that is >= 3 x the largest M in play
-  num_haystacks: int = 32  # Y haystacks per depth
-  depths: tuple[float, ...] = (0.0, 0.5, 1.0)  # window depths, 0 = far ... 1 = near
   reference_chunk_size: int = 4  # M used for the phases of variants without chunks (full)
-  prefix_max: int = 0  # prefix probe: N = 0..prefix_max; 0 = 3 x the largest M in play
-  prefix_prompts: int = 32  # prefix probe prompts (0 = no probe)
-  code_needles: int = 4  # needles per held-out code prompt when the model's data has none
-  slot_gain_rows: int = 64  # held-out rows for the realised pooling weights (0 = skip)
-  phase_loss_batches: int = 0  # LMs (task code/corpus): held-out batches of loss by position
-  # mod M and bits per byte (``lm_phase_loss``; 0 = skip)
   eval_batch_size: int = 64  # rows per jitted forward pass
   num_resamples: int = 2000  # bootstrap resamples
   num_permutations: int = 2000  # permutation-test permutations
-  # probes of ``probes.registry.PROBES`` run on every unit: name -> its options
-  # (``sweep.probes.key_overlap = dict(rows=256)``); empty: none
-  probes: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  # The probes of ``probes.registry.PROBES`` run on every unit: name -> its options, all of
+  # them (``probe_settings``; ``sweep.probes.key_overlap = dict(rows=256)`` adds one,
+  # ``sweep.probes.slot_gain = None`` drops one). Default: the built-ins every sweep runs.
+  probes: Mapping[str, Mapping[str, Any]] = dataclasses.field(
+      default_factory=probe_settings.defaults)
 
   def to_json(self) -> dict[str, Any]:
-    """The settings as results.json stores them: without ``probes`` when none is enabled, as
-    sweeps before the probe registry wrote them."""
-    out = dataclasses.asdict(self)
-    if not out["probes"]:
-      del out["probes"]
-    return out
+    """The settings as results.json stores them."""
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,23 +96,25 @@ class Sweep:
   def align(self) -> int:
     return math.lcm(*self.chunk_sizes)
 
+  def runs(self, probe: str) -> bool:
+    """Whether the sweep runs ``probe`` (``sweep.probes``)."""
+    return probe in self.settings.probes
+
+  def _options(self, probe: str) -> dict[str, Any]:
+    """The probe's options (its defaults where the sweep does not run it)."""
+    return dict(self.settings.probes.get(probe) or probe_registry.options(probe, {}))
+
   def needle_spec(self) -> needle_sweep.NeedleSweepSpec:
-    s = self.settings
-    return needle_sweep.NeedleSweepSpec(num_offsets=self.num_offsets, num_haystacks=s.num_haystacks,
-                                        depths=s.depths, align=self.align, seed=s.seed)
+    return builtin.needle_spec(self.chunk_sizes, self.settings.seed,
+                               **self._options("needle_sweep"))
 
   def prefix_spec(self) -> prefix_probe.PrefixSpec:
-    s = self.settings
-    return prefix_probe.PrefixSpec(max_prefix=s.prefix_max or 3 * max(self.chunk_sizes),
-                                   num_prompts=s.prefix_prompts, code_needles=s.code_needles,
-                                   seed=s.seed)
+    return builtin.prefix_spec(self.chunk_sizes, self.settings.seed,
+                               **self._options("prefix_probe"))
 
   @property
   def num_offsets(self) -> int:
-    if self.settings.num_offsets:
-      return self.settings.num_offsets
-    need = 3 * max(self.chunk_sizes)
-    return self.align * math.ceil(need / self.align)
+    return self.needle_spec().num_offsets
 
 
 # A variant trained with several seeds is one sweep unit per seed, "<variant>_seed<k>"
@@ -209,23 +202,19 @@ def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any
 
 def settings_from(config: ml_collections.ConfigDict) -> SweepSettings:
   fields = {f.name: f for f in dataclasses.fields(SweepSettings)}
-  values = _plain(config.sweep)
+  values = probe_settings.from_legacy(_plain(config.sweep))
   for key in values:
     if key not in fields:
-      raise ConfigError(f"config field 'sweep.{key}' is unknown; known: {', '.join(fields)}")
+      raise ConfigError(f"config field 'sweep.{key}' is unknown; known: {', '.join(fields)} "
+                        f"(and the older {', '.join(probe_settings.LEGACY_FIELDS)})")
   values = {k: tuple(v) if isinstance(fields[k].default, tuple) else v for k, v in values.items()}
-  probe_registry.check(values.get("probes") or {})
+  values["probes"] = probe_settings.resolve(values.get("probes"))
   settings = SweepSettings(**values)
-  for key in ("num_haystacks", "eval_batch_size", "reference_chunk_size", "num_resamples",
-              "num_permutations"):
+  for key in ("eval_batch_size", "reference_chunk_size", "num_resamples", "num_permutations"):
     if getattr(settings, key) < 1:
       raise ConfigError(f"config field 'sweep.{key}': must be >= 1, got {getattr(settings, key)}")
-  for key in ("num_offsets", "prefix_max", "prefix_prompts", "slot_gain_rows",
-              "phase_loss_batches", "seed"):
-    if getattr(settings, key) < 0:
-      raise ConfigError(f"config field 'sweep.{key}': must be >= 0, got {getattr(settings, key)}")
-  if not settings.depths:
-    raise ConfigError("config field 'sweep.depths': give at least one depth in [0, 1]")
+  if settings.seed < 0:
+    raise ConfigError(f"config field 'sweep.seed': must be >= 0, got {settings.seed}")
   if settings.eval_batch_size % jax.device_count():
     raise ConfigError(f"config field 'sweep.eval_batch_size': {settings.eval_batch_size} rows do "
                       f"not split over the {jax.device_count()} devices")
@@ -314,22 +303,33 @@ def resolve(config: ml_collections.ConfigDict, workdir: str) -> Sweep:
   sweep = Sweep(settings, variants, workdir, shared)
   for variant in variants:
     _check_workdir(variant)
+  _check_probes(sweep)
+  return sweep
+
+
+def _check_probes(sweep: Sweep) -> None:
+  """The built-in probes fit every variant, and each variant has its primary analysis."""
   spec = sweep.needle_spec()
-  if spec.num_offsets < 3 * max(sweep.chunk_sizes):
-    raise ConfigError(f"config field 'sweep.num_offsets': {spec.num_offsets} offsets give fewer "
-                      f"than 3 periods of the largest chunk size in play "
+  if sweep.runs("needle_sweep") and spec.num_offsets < 3 * max(sweep.chunk_sizes):
+    raise ConfigError(f"config field 'sweep.probes.needle_sweep.num_offsets': {spec.num_offsets} "
+                      f"offsets give fewer than 3 periods of the largest chunk size in play "
                       f"({max(sweep.chunk_sizes)}); need >= {3 * max(sweep.chunk_sizes)}")
-  for variant in variants:
+  for variant in sweep.variants:
+    kv = variant.config.data.task == "kv"
+    if not (sweep.runs("prefix_probe") or (kv and sweep.runs("needle_sweep"))):
+      raise ConfigError(
+          f"sweep variant {variant.name!r}: its primary analysis needs "
+          f"{'sweep.probes.needle_sweep or ' if kv else ''}sweep.probes.prefix_probe "
+          f"({'a retrieval' if kv else 'a ' + variant.config.data.task} model)")
     try:
-      if variant.config.data.task == "kv":
+      if kv and sweep.runs("needle_sweep"):
         needle_sweep.check_fits(variant.config.data, spec)
-      if settings.prefix_prompts:
+      if sweep.runs("prefix_probe"):
         prefix_probe.base_config(variant.config.data, sweep.prefix_spec())
     except needle_sweep.WindowAlignmentError as e:
       raise ConfigError(_alignment_message(sweep, e)) from None
     except ConfigError as e:
       raise ConfigError(f"sweep variant {variant.name!r}: {e}") from None
-  return sweep
 
 
 def _alignment_message(sweep: Sweep, error: Exception) -> str:

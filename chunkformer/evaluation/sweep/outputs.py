@@ -16,16 +16,19 @@ import os
 import platform
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import jax
 
 from chunkformer import workdir as workdir_lib
+from chunkformer.config import ConfigError
 from chunkformer.evaluation.claims import judging
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.report import claim_tables, loss_tables, markdown, plots, probe_tables
 from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.trainer import format_duration
 
 RESULTS_FILE = "results.json"
@@ -53,15 +56,16 @@ def _intro(sweep: sweep_config.Sweep, command: str, date: str, wall: float) -> s
       f"seed "
       f"{s.seed}; machine: {platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
       f"on {jax.default_backend()}.",
-      f"Needle shift sweep: K = {spec.num_offsets} consecutive offsets at depths "
-      f"{', '.join(f'{d:g}' for d in spec.depths)} (0 = far), S = {spec.num_haystacks} "
-      f"haystacks, window starts aligned to {spec.align} tokens; the table reads the far "
-      "depth: 'far acc' counts a needle as retrieved when its whole answer is right, 'far "
-      "token acc' is the fraction of answer tokens right, 'held-out far' the training run's "
-      "per-token accuracy on held-out rows with needles beyond data.near_distance (the "
-      "accuracy gates read it). Prefix probe: "
-      + (f"N = 0..{sweep.prefix_spec().max_prefix}, {s.prefix_prompts} prompts."
-         if s.prefix_prompts else "off."),
+      (f"Needle shift sweep: K = {spec.num_offsets} consecutive offsets at depths "
+       f"{', '.join(f'{d:g}' for d in spec.depths)} (0 = far), S = {spec.num_haystacks} "
+       f"haystacks, window starts aligned to {spec.align} tokens; the table reads the far "
+       "depth: 'far acc' counts a needle as retrieved when its whole answer is right, 'far "
+       "token acc' is the fraction of answer tokens right, 'held-out far' the training run's "
+       "per-token accuracy on held-out rows with needles beyond data.near_distance (the "
+       "accuracy gates read it)." if sweep.runs("needle_sweep") else "Needle shift sweep: off.")
+      + " Prefix probe: "
+      + (f"N = 0..{sweep.prefix_spec().max_prefix}, {sweep.prefix_spec().num_prompts} prompts."
+         if sweep.runs("prefix_probe") else "off."),
       "",
       "Overrides of every variant: " + (", ".join(
           f"{k}={val}" for k, val in sweep.shared_overrides.items()) or "none") + ".",
@@ -103,7 +107,7 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
     date, wall = original.date, original.wall_time_s
   results = results_file.SweepResults(
       sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
-      settings=s.to_json(), num_offsets=sweep.num_offsets, window_align=sweep.align,
+      settings=_settings(sweep, original), num_offsets=sweep.num_offsets, window_align=sweep.align,
       chunk_sizes_in_play=tuple(sweep.chunk_sizes), verdicts=tuple(lines), report=REPORT_FILE,
       variants=tuple(dataclasses.replace(r, images=relative_images(r.images, workdir))
                      for r in records),
@@ -120,6 +124,20 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
                          + claim_tables.sections(judged) + lm)
   return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
                  wall, claims)
+
+
+def _settings(sweep: sweep_config.Sweep,
+              original: results_file.SweepResults | None) -> dict[str, Any]:
+  """The sweep's settings; a sweep judged again keeps those it stored where they are the same
+  settings (older files write the built-in probes as flat fields)."""
+  settings = sweep.settings.to_json()
+  if original is None:
+    return settings
+  try:
+    same = probe_settings.comparable(original.settings) == probe_settings.comparable(settings)
+  except ConfigError:  # stored by code with other probes
+    same = False
+  return dict(original.settings) if same else settings
 
 
 def relative_images(images: Mapping[str, str], workdir: str) -> dict[str, str]:

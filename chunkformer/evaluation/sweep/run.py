@@ -4,7 +4,8 @@
 1. resolves and checks every variant (ConfigError before anything is trained or written);
 2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
    (which resumes an interrupted run), showing the variant, step and ETA;
-3. evaluates every variant (``unit``: needle shift sweep, prefix probe, slot gains),
+3. evaluates every variant (``unit``: the probes ``sweep.probes`` enables; by default the
+   needle shift sweep, prefix probe and slot gains),
    storing its record in ``DIR/records/<variant>.json``, its correctness matrices in
    ``DIR/correct/<variant>.npz`` and, for language models, its held-out per-token loss rows
    in ``DIR/lm_loss/<variant>.npz``;
@@ -37,7 +38,7 @@ from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.sweep import config as sweep_config
-from chunkformer.evaluation.sweep import outputs, shards, unit
+from chunkformer.evaluation.sweep import outputs, probe_settings, shards, unit
 from chunkformer.evaluation.sweep.outputs import PLOTS_DIR, RESULTS_FILE, Outcome
 
 TRAIN_TIME_FILE = "sweep_train_time.json"
@@ -175,7 +176,7 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
     os.makedirs(os.path.dirname(path), exist_ok=True)
     images = outputs.relative_images(record.images, workdir)
     stored = dataclasses.replace(record, images=images).to_json()
-    settings = _record_settings(sweep.settings.to_json())
+    settings = json.loads(json.dumps(sweep.settings.to_json()))  # compared by _record_settings
     workdir_lib.write_text(path, json.dumps({"sweep_settings": settings, "record": stored},
                                           indent=1) + "\n")
     records.append(record)
@@ -185,8 +186,13 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
 
 
 def _record_settings(settings: Mapping) -> dict:
-  """The settings a record depends on, as JSON: all but the variant order (it changes none)."""
-  return {k: v for k, v in json.loads(json.dumps(dict(settings))).items() if k != "order"}
+  """The settings a record depends on, as JSON with every probe's full options
+  (``probe_settings.comparable``, either form): all but the variant order (it changes none)."""
+  try:
+    comparable = probe_settings.comparable(settings)
+  except ConfigError:  # stored by code with other probes: compared as written, so stale
+    comparable = json.loads(json.dumps(dict(settings)))
+  return {k: v for k, v in comparable.items() if k != "order"}
 
 
 def merged_entries(workdir: str) -> dict[str, dict]:
@@ -200,7 +206,7 @@ def merged_entries(workdir: str) -> dict[str, dict]:
     return {}
   with open(path, encoding="utf-8") as f:
     results = json.load(f)
-  settings = _record_settings(results.get("settings") or {})
+  settings = results.get("settings") or {}
   return {entry["name"]: {"sweep_settings": settings, "record": entry}
           for entry in results.get("variants", [])}
 
@@ -220,7 +226,8 @@ def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant, work
   else:
     return None, "not evaluated"
   settings = _record_settings(sweep.settings.to_json())
-  changed = sorted(k for k in settings if stored["sweep_settings"].get(k) != settings[k])
+  before = _record_settings(stored["sweep_settings"])
+  changed = sorted(k for k in settings.keys() | before.keys() if before.get(k) != settings.get(k))
   if changed:
     return None, f"evaluated under other sweep settings: {', '.join(changed)}"
   record = VariantRecord.from_json(stored["record"])

@@ -1,21 +1,18 @@
 """One trained variant of a sweep, evaluated: its ``records.variant.VariantRecord``.
 
-The record holds the variant's setup (``describe``: the descriptive schema fields and the
-identity fields variant, seed, key_len, value_len, task) and:
-- the primary analysis (``stats.analyze``): the needle shift sweep at the far depth for
-  retrieval models (``primary_probe`` "needle"), the prefix probe for code models ("prefix");
+``evaluate`` runs the probes the sweep config enables (``sweep.probes``, in the order of
+``probes.registry.PROBES``) on the unit and assembles the record:
+- its setup (``describe``: the descriptive schema fields and the identity fields variant,
+  seed, key_len, value_len, task) and the training run's final held-out metrics (``heldout``);
+- the typed fields the built-in probes give (``probes.builtin``: the needle sweep, prefix
+  probe, slot gains, loss by position), where the claims read them;
+- the primary analysis: the first one a probe offers (the needle sweep's far depth for
+  retrieval models, "needle"; the prefix probe's for code models, "prefix");
   ``far_accuracy`` is its mean accuracy;
-- ``depths``: the needle sweep at every depth, ``all_depths``: all depths pooled (window starts
-  share their phase, see ``needle_sweep``); ``prefix_probe`` (for code prompts with
-  ``needle_phases``: accuracy by N mod M and by each needle's own phase); ``slot_gain``;
-  ``heldout``: the training run's final held-out metrics;
-- language models (task code/corpus, ``sweep.phase_loss_batches > 0``): ``lm_phase_loss``,
-  held-out code loss by position mod M per batch and bits per byte, and its ``signature``
-  (detrended excess loss per phase, amplitude, permutation p; ``loss_phase``), the per-token
-  rows stored in ``DIR/lm_loss/`` (``lm_phase_loss``);
-- ``probes``: the results of the probes the sweep config enables (``sweep.probes``, the
-  ``probes.registry.PROBES``), each under its own name;
-- ``images``: caption -> PNG path, for the report.
+- ``probes``: every other probe's record, under its name;
+- ``images``: caption -> PNG path of the figures the probes describe, for the report.
+The correctness matrices go to ``DIR/correct/<unit>.npz``, a language model's per-token loss
+rows to ``DIR/lm_loss/<unit>.npz``.
 
 Phases: the top-level per-phase fields, ``max_gap`` and ``p_value`` group offsets by
 ``offset mod M`` for every variant (a positional blind spot, comparable across variants); every
@@ -30,52 +27,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from chunkformer import data as data_lib
 from chunkformer import workdir as workdir_lib
-from chunkformer.evaluation import stats
-from chunkformer.evaluation.probes import (
-  lm_phase_loss,
-  loaded_model,
-  needle_sweep,
-  prefix_probe,
-  slot_gain,
-  split_fields,
-)
+from chunkformer.evaluation.probes import builtin
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.probes.base import ProbeContext
-from chunkformer.evaluation.probes.end_flags import end_flags
-from chunkformer.evaluation.probes.registry import PROBES
+from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
+from chunkformer.evaluation.probes.registry import PROBES, enabled
 from chunkformer.evaluation.records import correctness, loss_rows
-from chunkformer.evaluation.records.variant import (
-  SlotGainSite,
-  VariantRecord,
-  VariantSetup,
-  json_ready,
-)
-from chunkformer.evaluation.report import plots, probe_plots
-from chunkformer.evaluation.stats.analysis import DepthAnalysis, PrefixAnalysis, as_float, as_floats
+from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup, json_ready
+from chunkformer.evaluation.report import figures
+from chunkformer.evaluation.stats.analysis import as_float
 from chunkformer.evaluation.sweep.config import Sweep, Variant, chunk_sizes, unit_variant
-
-
-def _predictor(trained: trained_lib.TrainedModel, batch_size: int) -> trained_lib.Predictor:
-  """Predictions plus the dynamic end flags (``ends``) and the slot-gain sums, per row."""
-  model = trained.config.model
-
-  def extract(collections, rows):
-    intermediates = collections.get(trained_lib.INTERMEDIATES, {})
-    out = slot_gain.extract(intermediates)
-    ends = end_flags(model, intermediates)
-    if ends is not None:
-      out["ends"] = ends.astype(np.int8)
-    return out
-
-  predictor = trained_lib.Predictor(trained, batch_size, extract=extract)
-  return loaded_model.adapt(trained, predictor)  # kv rows in a loaded model's tokens
 
 
 def describe(variant: Variant) -> VariantSetup:
@@ -122,17 +85,6 @@ def describe(variant: Variant) -> VariantSetup:
       workdir=variant.workdir)
 
 
-def _heldout_rows(trained: trained_lib.TrainedModel, count: int) -> dict[str, np.ndarray]:
-  config = trained.config
-  batches, have, step = [], 0, 0
-  while have < count:
-    batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
-    batches.append(batch)
-    have += batch["inputs"].shape[0]
-    step += 1
-  return {k: np.concatenate([b[k] for b in batches])[:count] for k in batches[0]}
-
-
 def _phase_sizes(variant: Variant, sweep: Sweep) -> list[int]:
   own = list(chunk_sizes(variant.config.model))
   if own:
@@ -148,153 +100,70 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
   matrices behind every statistic to ``correct_path`` (``correctness``) and a language
   model's held-out per-token loss rows to ``lm_loss_path`` (``lm_phase_loss``) when given."""
   settings = sweep.settings
-  sizes = _phase_sizes(variant, sweep)
-  analyze_kw = dict(seed=settings.seed, num_resamples=settings.num_resamples,
-                    num_permutations=settings.num_permutations)
-  predictor = _predictor(trained, settings.eval_batch_size)
   setup = describe(variant)
+  context = ProbeContext(
+      trained, builtin.predictor(trained, settings.eval_batch_size), variant.name,
+      tuple(_phase_sizes(variant, sweep)), seed=settings.seed,
+      num_resamples=settings.num_resamples, num_permutations=settings.num_permutations,
+      config=variant.config, setup=setup, sweep_chunk_sizes=sweep.chunk_sizes,
+      batch_size=settings.eval_batch_size)
   fields: dict[str, Any] = {}
+  records: dict[str, Any] = {}
   matrices: dict[str, correctness.Matrix] = {}
   images: dict[str, str] = {}
-  primary = None
-  ratio_rows = None
-
-  if variant.config.data.task == "kv":
-    depth_results = needle_sweep.run(predictor, needle_sweep.build(variant.config.data,
-                                                                   sweep.needle_spec()))
-    far = min(depth_results, key=lambda r: r.depth)
-    for result in depth_results:
-      matrices[correctness.needle_name(result.name)] = correctness.Matrix(
-          result.correct_YxJ, result.offsets_J, result.phases_YxJ)
-    primary = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, **analyze_kw)
-    fields["primary_probe"] = "needle"
-    fields["primary_depth"] = far.name
-    fields["token_accuracy_by_offset"] = as_floats(far.token_accuracy_YxJ.mean(axis=0))
-    fields["depths"] = tuple(
-        DepthAnalysis(stats.analyze(result.correct_YxJ, result.offsets_J, sizes,
-                                    **analyze_kw).nested(),
-                      depth=float(result.depth), depth_name=result.name,
-                      mean_distance=float(result.mean_distance),
-                      token_accuracy=float(result.token_accuracy_YxJ.mean()),
-                      compression_ratio=as_float(result.compression_ratio))
-        for result in depth_results)
-    pooled = np.concatenate([r.correct_YxJ for r in depth_results])
-    fields["all_depths"] = stats.analyze(pooled, far.offsets_J, sizes, **analyze_kw).nested()
-    if far.phases_YxJ is not None:
-      chunk_phase = stats.analyze(far.correct_YxJ, far.offsets_J, sizes, phases=far.phases_YxJ,
-                                  **analyze_kw).phase
-      fields["chunk_phase"] = chunk_phase
-      images["accuracy per phase inside the actual chunk"] = plots.plot_phase_accuracy(
-          os.path.join(plots_dir, f"{variant.name}_chunk_phases.png"), chunk_phase.phases,
-          *_band(chunk_phase.accuracy), xlabel="needle phase inside its actual chunk",
-          title=f"{variant.name}: accuracy per phase inside the chunk the needle landed in")
-    fields["near_accuracy"] = float(max(depth_results, key=lambda r: r.depth).correct_YxJ.mean())
-    if split_fields.wants_split_labels(setup):  # C5: accuracy per split label, fixed in advance
-      fields["split_labels"] = split_fields.split_fields(
-          setup, far.correct_YxJ, far.offsets_J, depth_name=far.name, seed=settings.seed,
-          num_resamples=settings.num_resamples)
-    ratio_rows = far
-
-  if settings.prefix_prompts:
-    probe_rows = prefix_probe.build(variant.config.data, sweep.prefix_spec())
-    probe = prefix_probe.run(predictor, probe_rows)
-    matrices[correctness.PREFIX] = correctness.Matrix(probe.correct_YxJ, probe.prefixes_J)
-    analysis = stats.analyze(probe.correct_YxJ, probe.prefixes_J, sizes, **analyze_kw)
-    nested = PrefixAnalysis(
-        analysis.nested(), as_floats(probe.token_accuracy_YxJ.mean(axis=0)),
-        code_accuracy_by_prefix=(None if probe.code_accuracy_YxJ is None
-                                 else as_floats(probe.code_accuracy_YxJ.mean(axis=0))),
-        boundary_agreement_by_prefix=(None if probe.boundary_agreement_J is None
-                                      else as_floats(probe.boundary_agreement_J)),
-        needle_phases=prefix_probe.needle_phases(probe_rows, probe, sizes[0]))
-    fields["prefix_probe"] = nested
-    extra = {}
-    if nested.code_accuracy_by_prefix is not None:
-      extra["code byte accuracy"] = nested.code_accuracy_by_prefix
-    if nested.boundary_agreement_by_prefix is not None:
-      extra["boundary agreement"] = nested.boundary_agreement_by_prefix
-    images["prefix probe: accuracy vs prefix length"] = probe_plots.plot_prefix_probe(
-        os.path.join(plots_dir, f"{variant.name}_prefix.png"), probe.prefixes_J,
-        *_band(analysis.accuracy_by_offset), chunk_size=sizes[0], extra=extra,
-        title=f"{variant.name}: prefix probe (p = {analysis.p_value:.3g} at M={sizes[0]})")
-    if primary is None:
-      primary = analysis
-      fields["primary_probe"] = "prefix"
-
-  if primary is None:
-    raise ValueError(f"variant {variant.name!r}: a code model needs the prefix probe "
-                     "(sweep.prefix_prompts > 0)")
-  if fields["primary_probe"] == "needle":
-    images = dict(plots.write_analysis_plots(primary, plots_dir, variant.name), **images)
-  else:
-    images["accuracy per phase of the prefix"] = plots.plot_phase_accuracy(
-        os.path.join(plots_dir, f"{variant.name}_phases.png"), primary.phase.phases,
-        *_band(primary.phase.accuracy), xlabel="phase (prefix length N mod M)",
-        title=f"{variant.name}: prefix probe accuracy per phase (M={sizes[0]})")
-
-  if settings.slot_gain_rows:
-    rows = _heldout_rows(trained, settings.slot_gain_rows)
-    out = predictor(rows)
-    sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
-    gains = slot_gain.analyze(trained.params, variant.config.model, sums)
-    if gains["sites"]:
-      fields["slot_gain"] = tuple(SlotGainSite.from_json(site) for site in gains["sites"])
-      # C6's null: the same statistic of this config's initialised model on the same rows.
-      init = dataclasses.replace(trained, params=slot_gain.init_params(trained))
-      init_out = _predictor(init, settings.eval_batch_size)(rows)
-      init_gains = slot_gain.analyze(init.params, variant.config.model, {
-          k: v.sum(axis=0) for k, v in init_out.items() if k.startswith("pool_")})
-      fields["slot_gain_init"] = tuple(SlotGainSite.from_json(s) for s in init_gains["sites"])
-      for slots, grid in slot_gain.gain_grids(gains).items():
-        images[f"realised slot gain (S'={slots})"] = plots.plot_slot_gains(
-            os.path.join(plots_dir, f"{variant.name}_slot_gain_{slots}.png"), grid,
-            title=f"{variant.name}: realised pooling weight x slots (layers x heads)",
-            value_label="gain (1 = uniform)")
-    if "ends" in out:
-      # No closed chunk gives inf, stored as None (strict JSON).
-      fields["heldout_compression_ratio"] = as_float(needle_sweep.compression_ratio(out["ends"]))
-
-  if settings.phase_loss_batches and variant.config.data.task != "kv":
-    phase_loss = lm_phase_loss.measure(trained, settings.phase_loss_batches, sizes[0])
-    fields["lm_phase_loss"] = {**phase_loss.as_record(),
-                               "signature": phase_loss.rows.signature(sizes[0], **analyze_kw)}
-    if lm_loss_path is not None:
-      loss_rows.save(lm_loss_path, phase_loss.rows)
-  fields["probes"] = run_probes(settings.probes, ProbeContext(
-      trained, predictor, variant.name, tuple(sizes), **analyze_kw), matrices) or None
+  primary: Primary | None = None
+  for name in enabled(settings.probes):
+    result = PROBES[name](context, **settings.probes[name])
+    gives_primary = primary is None and result.primary is not None
+    primary = result.primary if gives_primary else primary
+    images.update(figures.draw([f for f in result.figures if gives_primary or not f.primary_only],
+                               plots_dir))
+    _store(name, result, fields, records, matrices)
+    if result.loss_rows is not None and lm_loss_path is not None:
+      loss_rows.save(lm_loss_path, result.loss_rows)
+  if primary is None:  # resolve refuses such a sweep; a probe may still decline a unit
+    raise ValueError(f"variant {variant.name!r}: no probe gave a primary analysis (a retrieval "
+                     "model needs sweep.probes.needle_sweep or prefix_probe, others "
+                     "sweep.probes.prefix_probe)")
   if correct_path is not None:
     correctness.save(correct_path, matrices)
   return VariantRecord(
-      setup=setup, analysis=primary, trained_steps=int(trained.step),
+      setup=setup, analysis=primary.analysis, primary_probe=primary.probe,
+      trained_steps=int(trained.step),
       compression_ratio=_compression_ratio(setup, fields.get("heldout_compression_ratio"),
-                                           ratio_rows),
-      heldout=_final_metrics(variant.workdir), images=images, **fields)
+                                           fields),
+      heldout=_final_metrics(variant.workdir), images=images, probes=records or None, **fields)
 
 
-def run_probes(probes: Mapping[str, Mapping[str, Any]], context: ProbeContext,
-               matrices: dict[str, correctness.Matrix]) -> dict[str, Any]:
-  """Runs the probes a sweep config enables (``sweep.probes``, ``probes.registry``): their
-  records by name; their matrices are added to ``matrices`` as "<name>_<key>"."""
-  records = {}
-  for name, options in probes.items():
-    result = PROBES[name](context, **options)
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(VariantRecord))
+
+
+def _store(name: str, result: ProbeResult, fields: dict[str, Any], records: dict[str, Any],
+           matrices: dict[str, correctness.Matrix]) -> None:
+  """A built-in's typed fields (its matrices under their own names), or any other probe's
+  record under its name (its matrices as "<name>_<key>")."""
+  if result.fields is None:
     records[name] = json_ready(result.record)
     matrices.update({f"{name}_{key}": m for key, m in result.matrices.items()})
-  return records
+    return
+  unknown = set(result.fields) - _RECORD_FIELDS
+  if unknown:
+    raise ValueError(f"probe {name!r}: fields {sorted(unknown)} are not VariantRecord fields")
+  fields.update(result.fields)
+  matrices.update(result.matrices)
 
 
-def _band(curve) -> tuple:
-  return curve.values, curve.low, curve.high
-
-
-def _compression_ratio(setup: VariantSetup, measured: float | None, far) -> float | None:
-  """Tokens per compressed entry: 1 for full attention, M for fixed, measured for dynamic."""
+def _compression_ratio(setup: VariantSetup, measured: float | None,
+                       fields: dict[str, Any]) -> float | None:
+  """Tokens per compressed entry: 1 for full attention, M for fixed, measured for dynamic (on
+  the slot-gain rows, else on the far depth's needle rows)."""
   if setup.attention == "full":
     return 1.0
   if setup.attention == "fixed":
     return float(setup.chunk_size)
-  if measured is None and far is not None:
-    measured = far.compression_ratio
+  if measured is None:
+    far = [d for d in fields.get("depths") or () if d.depth_name == fields.get("primary_depth")]
+    measured = far[0].compression_ratio if far else None
   return as_float(measured)
 
 
