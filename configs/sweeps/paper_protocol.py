@@ -38,5 +38,8 @@ def get_config(names: str = ""):
       variants[name] = variant(f"configs/paper/{name}.py")
     else:
       variants[os.path.basename(os.path.normpath(name))] = variant(checkpoint=name)
-  return sweep_config(variants, name="paper_protocol", num_haystacks=16, prefix_prompts=16,
-                      slot_gain_rows=32, eval_batch_size=32, probes=PROBES)
+  # The built-in needle sweep and prefix probe stay on: they give each unit its primary analysis.
+  builtins = dict(needle_sweep=dict(num_haystacks=16), prefix_probe=dict(prompts=16),
+                  slot_gain=dict(rows=32))
+  return sweep_config(variants, name="paper_protocol", eval_batch_size=32,
+                      probes={**builtins, **PROBES})

@@ -134,7 +134,7 @@ def slot_gain_claim(records: Sequence[VariantRecord]) -> Claim:
               f"preferred phase {largest:.2f} slots) but not judged against a null (the same "
               "statistic at initialisation and under permutation of slots)")
   else:
-    reason = "no realised slot gains in the sweep (sweep.slot_gain_rows = 0 or no fixed layer)"
+    reason = "no realised slot gains in the sweep (sweep.probes.slot_gain off or no fixed layer)"
   seeds = {n["seed"] for n in numbers.values()}
   return Claim("C6", combine.STATEMENTS["C6"], INCONCLUSIVE, reason, numbers,
                f"0/{len(seeds)}")
