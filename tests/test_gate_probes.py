@@ -7,6 +7,7 @@ lookup probe end to end."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import flax.linen as nn
 import jax
@@ -22,7 +23,7 @@ from chunkformer.evaluation.probes import gate_concentration, gate_cycling, head
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
-from chunkformer.evaluation.report import mechanism_plots
+from chunkformer.evaluation.report import figures, mechanism_plots
 from chunkformer.evaluation.sweep import config as sweep_config
 from configs import smoke
 
@@ -96,9 +97,12 @@ def test_hand_set_gates_of_a_real_model_give_one_and_w(tiny, tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_probe_reads_the_random_model_on_its_own_heldout_rows(tiny):
+def test_the_probe_reads_the_random_model_on_its_own_heldout_rows(tiny, tmp_path):
   context = ProbeContext(tiny, None, "tiny", (4,))
-  record = probe_registry.PROBES["gate_concentration"](context, rows=8, batch_size=4).record
+  result = probe_registry.PROBES["gate_concentration"](context, rows=8, batch_size=4)
+  record = result.record
+  assert [os.path.basename(p) for p in figures.draw(result.figures, str(tmp_path)).values()] == [
+      "tiny_gate_concentration.png"]
   assert record["rows"] == 8 and len(record["gates"]) == 4
   for g in record["gates"]:  # random content-dependent gates: between one-hot and uniform,
     assert 1.0 <= g["per_window"] <= g["static"] + 1e-6 <= 4.0 + 1e-6  # concave entropy
@@ -164,9 +168,11 @@ def test_cycling_a_hand_set_gate_moves_the_weak_phase_by_delta(tiny):
   assert gate_cycling.analyse(frozen, 4).r_squared is None
 
 
-def test_the_cycling_probe_runs_on_the_real_model(tiny):
+def test_the_cycling_probe_runs_on_the_real_model(tiny, tmp_path):
   context = ProbeContext(tiny, None, "tiny", (4,))
   result = probe_registry.PROBES["gate_cycling"](context, deltas=(1,), batch_size=32)
+  assert [os.path.basename(p) for p in figures.draw(result.figures, str(tmp_path)).values()] == [
+      "tiny_gate_cycling.png"]
   record = result.record
   assert record["stride"] == 4 and record["deltas"] == [1]
   assert set(record["accuracy"]) == {"0", "1"} and len(record["accuracy"]["1"]) == 4
@@ -228,8 +234,10 @@ def test_the_knockout_probe_maps_every_head_by_residue(tiny, tmp_path):
   assert result.matrices["L0H1"].correct_YxJ.shape == (16, 4)
   with pytest.raises(ConfigError, match="calibration_seed'"):
     head_knockout.probe(context, seed=3, calibration_seed=3)
-  path = mechanism_plots.plot_knockout_map(tmp_path / "map.png", record["heads"])
-  with open(path, "rb") as f:
+  # the probe describes its map; the report layer draws it into the sweep's plots folder
+  images = figures.draw(result.figures, str(tmp_path))
+  assert list(images) == ["tiny: KV-head knockout map (accuracy change by residue)"]
+  with open(images[next(iter(images))], "rb") as f:
     assert f.read(4) == b"\x89PNG"
 
 

@@ -16,7 +16,7 @@ from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.records import paper
-from chunkformer.evaluation.report import residue_tables
+from chunkformer.evaluation.report import probe_tables, residue_tables
 from chunkformer.evaluation.stats import residue_accuracy
 
 KV = DataConfig(seq_len=96, num_pairs=4, key_len=1, value_len=1, num_queries=1, num_symbols=16)
@@ -143,6 +143,10 @@ def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():
           "| lookup | prefix | 2.478 | 50.6 | 5.7 | 75.3 | - |") in text
   assert "in_sequence | 2.478 | 27.6 | 3.4 | 44.0 |" in text
   assert paper.run_for("full_1kv") is None and residue_tables.section([]) == ""
+  # the sweep report shows the registry's residue tests as this table, other probes as JSON
+  unit = types.SimpleNamespace(name="w8s8_1kv", probes={"lookup": record, "toy": {"x": 1}})
+  lines = probe_tables.registry_table([unit])
+  assert "\n".join(lines).startswith(text) and lines[-1] == '| w8s8_1kv | toy | `{"x": 1}` |'
 
 
 def test_the_paper_protocol_sweep_config_enables_every_new_probe():

@@ -36,7 +36,7 @@ from chunkformer.compression import chunk_offsets, pooling
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import loaded_model
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
+from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
 
 POOL_WEIGHTS = "pool_weights"
 STREAMS = {"key_compressor": "k", "value_compressor": "v", "compressor": "kv"}
@@ -186,4 +186,8 @@ def probe(context: ProbeContext, rows: int = 16, batch_size: int = 8, seed: int 
         {"step": step, "gates": measure(dataclasses.replace(trained, params=params, step=step),
                                         data, batch_size)}
         for step, params in kept_params(trained)]
-  return ProbeResult(record)
+  figures = [Figure(f"{context.unit}: gate concentration (static vs per window)",
+                    "concentration_plane", (record["gates"],),
+                    {"title": f"{context.unit}: effective offsets per gate"},
+                    f"{context.unit}_gate_concentration.png")] if record["gates"] else []
+  return ProbeResult(record, figures=figures)

@@ -31,7 +31,7 @@ from chunkformer.data import lookup_task
 from chunkformer.evaluation.probes import loaded_model
 from chunkformer.evaluation.probes import lookup as lookup_probe
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
+from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
 
 GATE_PARAMS = ("wgate", "ape")  # Z_i (its kernel) and b_i: channel group i serves offset i
@@ -177,4 +177,7 @@ def probe(context: ProbeContext, deltas: Sequence[int] = (1, -1, 2, -2, 3, -3),
                                          prompts, tuple(deltas), stride)
   matrices = {f"delta{d:+d}" if d else "delta0": correctness.Matrix(o, np.arange(stride))
               for d, o in outcomes.items()}
-  return ProbeResult(analyse(accuracy, stride).to_record(), matrices)
+  figure = Figure(f"{context.unit}: accuracy by phase after each gate cycle", "cycling",
+                  (accuracy,), {"title": f"{context.unit}: gates cycled by delta"},
+                  f"{context.unit}_gate_cycling.png")
+  return ProbeResult(analyse(accuracy, stride).to_record(), matrices, figures=[figure])

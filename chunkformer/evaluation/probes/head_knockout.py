@@ -30,7 +30,7 @@ from chunkformer.data import lookup_task
 from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import lookup as lookup_probe
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
+from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
 
 _LAYER = re.compile(r"block_(\d+)")
@@ -181,6 +181,10 @@ def probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: int = 0,
                   "change": (acc - clean).tolist()})
     matrices[f"L{layer}H{h}"] = correctness.Matrix(
         right.astype(np.float64).reshape(modulus, -1).T, np.arange(modulus))
+  figure = Figure(f"{context.unit}: KV-head knockout map (accuracy change by residue)",
+                  "knockout_map", (heads,), {"title": f"{context.unit}: knockouts, mod {modulus}"},
+                  f"{context.unit}_head_knockout.png")
   return ProbeResult({"modulus": modulus, "padding": padding,
                       "prompts_per_residue": spec.prompts_per_residue,
-                      "clean": clean.tolist(), "heads": heads}, matrices)
+                      "clean": clean.tolist(), "heads": heads}, matrices,
+                     figures=[figure] if heads else [])

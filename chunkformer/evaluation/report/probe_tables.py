@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.report import residue_tables
 
 
 def sections(records: Sequence[VariantRecord]) -> str:
@@ -49,12 +50,22 @@ def sections(records: Sequence[VariantRecord]) -> str:
   return "\n".join(lines + registry_table(records)) + "\n"
 
 
+# Registry probes with a table of their own (the rest are shown as their stored JSON).
+_RESIDUE_TESTS = ("lookup", "long_needle")
+
+
 def registry_table(records: Sequence[VariantRecord]) -> list[str]:
-  """One row per unit and registry probe: its stored result (empty when no probe ran)."""
-  found = [(r.name, name, value) for r in records for name, value in (r.probes or {}).items()]
+  """The position-matched tests as residue tables, then one row per unit and other registry
+  probe: its stored result (empty when no probe ran)."""
+  found = [(r.name, name, value) for r in records for name, value in (r.probes or {}).items()
+           if value is not None]
+  residue = residue_tables.section([(unit, value) for unit, name, value in found
+                                    if name in _RESIDUE_TESTS])
+  lines = residue.split("\n") if residue else []
+  found = [f for f in found if f[1] not in _RESIDUE_TESTS]
   if not found:
-    return []
-  lines = ["", "## Probes enabled by the sweep config", "",
+    return lines
+  lines += ["", "## Probes enabled by the sweep config", "",
            "Each probe's result as the unit's record stores it (results.json "
            "``variants[i].probes``).", "", "| unit | probe | result |", "|:--|:--|:--|"]
   return lines + [f"| {unit} | {name} | `{json.dumps(value, sort_keys=True)}` |"
