@@ -245,4 +245,31 @@ for chunker, attn in ((f"fixed M={M}", fixed), ("delimiter rule", rule)):
 display(Image(filename=layout_plots.plot_chunks(
     os.path.join(PLOTS, "code_boundaries.png"), code_rows, columns=64,
     title="calendar.isleap: a 2-byte prefix re-cuts fixed chunks, not content-defined ones")))"""),
+    ("markdown", """## 5. The paper's mechanism probes on the fixed model
+
+The same probes a sweep runs by name (`sweep.probes.lookup`, `head_knockout`,
+`gate_concentration`; `docs/paper_protocol.md`), here on the fixed model directly:
+
+- the **position-matched lookup test**: every residue of the target key's position (mod `M`)
+  gets prompts whose target positions have the same mean and variance, and the question sits at
+  the same place, so a curve that still swings with the residue is the compressor's doing;
+- the **knockout map**: for each (layer, KV head), the outputs of the query heads that read it
+  are replaced at the final position by their mean over other prompts; red cells are residues
+  whose accuracy that head carries;
+- the **concentration plane**: every gate's effective number of slots, static (its average
+  weights) against per window (averaged per chunk). A gate below the diagonal picks different
+  slots in different chunks; one near (1, 1) always picks the same slot."""),
+    ("code", """from chunkformer.evaluation.probes import builtin, gate_concentration, lookup
+from chunkformer.evaluation.probes import head_knockout
+from chunkformer.evaluation.probes.base import ProbeContext
+from chunkformer.evaluation.report import figures, residue_tables
+
+context = ProbeContext(models[FIXED], builtin.predictor(models[FIXED], 32), FIXED, (M,))
+test = lookup.probe(context, modulus=M, paddings=("prefix",))
+display(Markdown(residue_tables.section([(FIXED, test.record)])))
+mechanisms = [head_knockout.probe(context, modulus=M),
+              gate_concentration.probe(context, rows=8 if FAST else 32)]
+for result in mechanisms:
+  for image in figures.draw(result.figures, PLOTS).values():
+    display(Image(filename=image))"""),
 ]
