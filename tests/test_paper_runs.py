@@ -65,6 +65,11 @@ def test_runs_set_what_their_names_say():
   a = default.model.attention
   assert (a.gate, a.offset_maps, a.shared_kv, a.window, a.tail, a.map_groups) == (
       "scalar", "per_offset", False, 16, False, 8)
+  # Every compressed run puts its windows where the paper does: [jS, jS + W).
+  for run in runs.RUNS:
+    a = _config(run, "paper").model.attention
+    assert a.kind == "full" or a.compress_window_align == "start", run
+  assert _config("w8s6_1kv", "paper").model.attention.align_offset == 4  # 8 mod 6 = 2 right
   assert default.model.rope_dim == 128 and default.model.qk_norm
   assert _config("w8s8_1kv_rope16", "paper").model.rope_dim == 16
   assert _config("w8s8_1kv_nope", "paper").model.rope_dim == 0
