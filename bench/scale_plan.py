@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py would shadow kernels
 
 DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
-MESHES = {8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
+MESHES = {1: (1, 1, 1), 8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor (1: tests)
 FIT_FRACTION = 0.9
 
 
@@ -79,6 +79,12 @@ def compile_case(case: dict) -> dict:
   c.train.grad_accum_steps = 1
   if case["config"] == "qwen3_tiny":
     c.model.num_layers = 2  # --small: the CI check, kept to seconds
+  for path, value in case.get("overrides", {}).items():  # dotted config fields, last (tests)
+    *parents, leaf = path.split(".")
+    node = c
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
   config = config_lib.from_dict(c.to_dict())
   rt = runtime_lib.build(config)
   probe = data_lib.make_batch(config_lib.from_dict(

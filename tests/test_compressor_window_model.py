@@ -163,6 +163,7 @@ class WindowedModelTest(parameterized.TestCase):
       self.assertEqual((a.window_tokens, a.stride, a.map_groups), (a.chunk_size,) * 2 + (1,))
       self.assertEqual((a.gate, a.entry_norm, a.payload_norm, a.tail), ("vector", "all", False,
                                                                         False))
+      self.assertEqual((a.compress_window_align, a.align_offset), ("end", 0))
       self.assertEqual(recorded.model.rope_dim,
                        int(round(recorded.model.head_dim * recorded.model.rope_fraction / 2)) * 2)
 

@@ -25,14 +25,16 @@ Array = jax.Array
 
 
 class Tail(NamedTuple):
-  """The uncompressed tail: raw tokens only of the query's own, still open chunk of S tokens.
+  """The uncompressed tail: raw tokens only from a per-query first key on.
 
-  Query t of kv head k sees raw key s iff ``t - (t + o) mod S <= s <= t`` (o = offsets[b, k],
-  the chunk boundaries' shift): exactly the tokens no visible entry covers yet.
+  Query t of kv head k sees raw key s iff ``start[b, k, t] <= s <= t`` (same document): its
+  own, still open chunk ``t - (t + o) mod S .. t`` (o the chunk grid's offset), or under
+  "start" alignment the document's tokens before its first full window
+  (``compression.tail_start``). ``span`` bounds t - start + 1.
   """
 
-  stride: int  # S
-  offsets_BxK: Array
+  span: int
+  start_BxKxT: Array
 
 
 def split_heads(q_BxTxHxD: Array, num_kv_heads: int) -> Array:
@@ -157,7 +159,7 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   """o_BxTxHxD of one softmax over window keys and visible entries (see module docstring).
 
   Query t sees raw key s iff ``t - W < s <= t`` in the same document (W = 0: none; with a
-  ``tail``, W = S and only the keys of t's open chunk, see ``Tail``) and entry
+  ``tail``, W = its span and only the keys from t's tail start on, see ``Tail``) and entry
   c iff ``entry_ends[c] <= t`` in the same document (and ``entry_select``, if given).
   ``entry_bias`` is added to the entry logits (the indexer's straight-through term).
   Scores are laid out B x K x N x G x P x keys (query block n, row p), so that every
@@ -168,7 +170,7 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   g = h // kh
   scale = d**-0.5
   if tail is not None:
-    window = tail.stride
+    window = tail.span
   p = max(min(window, t), 1)
   n = math.ceil(t / p)
   tp = n * p
@@ -195,9 +197,10 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
     mask &= (key_index < t)[:, None, :]
     mask = mask[None] & (q_seg[..., None] == key_seg[:, :, None, :])  # B x N x P x S
     mask = mask[:, None]  # B x 1 x N x P x S
-    if tail is not None:  # keys of the query's open chunk only: delta <= (t + o) mod S
-      phase = (q_index[None, None] + tail.offsets_BxK[:, :, None, None]) % tail.stride
-      mask = mask & (delta[None, None] <= phase[..., None])  # B x K x N x P x S
+    if tail is not None:  # keys from the query's tail start on only
+      start = _pad_rows(jnp.moveaxis(tail.start_BxKxT, 2, 1), tp).reshape(b, n, p, kh)
+      start = jnp.moveaxis(start, 3, 1)  # B x K x N x P
+      mask = mask & (key_index[None, None, :, None, :] >= start[..., None])  # B x K x N x P x S
     parts.append((scores * scale, mask[:, :, :, None],
                   lambda w, vb=vb: jnp.einsum("bkngps,bknsd->bkngpd", w, vb.astype(w.dtype))))
 

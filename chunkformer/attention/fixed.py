@@ -46,11 +46,12 @@ import jax.numpy as jnp
 from chunkformer.attention import compressed_core
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.attention.lightning_indexer import LightningIndexer
-from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks
+from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks, tail_start
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
 from chunkformer.kvcache import fixed as fixed_cache
 from chunkformer.layers import Projection
+from kernels.layout import document_starts
 
 Array = jax.Array
 
@@ -126,7 +127,7 @@ class FixedAttention(nn.Module):
       if offsets is not None:
         self.sow("intermediates", "chunk_offsets", offsets)
       chunks = fixed_chunks(t, a.chunk_size, offsets, b, m.num_kv_heads, ctx.positions_BxT,
-                            ctx.segment_ids_BxT, a.window_tokens)
+                            ctx.segment_ids_BxT, a.window_tokens, a.compress_window_align)
       for stream, comp in compressors.items():
         entries[stream] = comp.compress(x_BxTxE, chunks, ctx.segment_ids_BxT)
       ek = entries.get("kv", entries.get("k"))
@@ -141,7 +142,8 @@ class FixedAttention(nn.Module):
         else:
           select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
       o = compressed_core.attend(
-          q, k, v, ctx.segment_ids_BxT, window=a.window, tail=self._tail(offsets, b),
+          q, k, v, ctx.segment_ids_BxT, window=a.window,
+          tail=self._tail(offsets, b, t, ctx.segment_ids_BxT),
           entry_k_BxCxKxD=ek,
           entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,
           entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
@@ -152,14 +154,19 @@ class FixedAttention(nn.Module):
                                              sink_H=sink_H)
     return o, entries
 
-  def _tail(self, offsets_BxK: Array | None, batch: int) -> compressed_core.Tail | None:
-    """The uncompressed tail's chunking (attn.tail), or None for the fixed local window."""
+  def _tail(self, offsets_BxK: Array | None, batch: int, seq_len: int,
+            segment_ids_BxT: Array) -> compressed_core.Tail | None:
+    """The uncompressed tail's first raw key per query (attn.tail), or None for the fixed
+    local window."""
     a = self.attn
     if not a.tail:
       return None
     if offsets_BxK is None:
       offsets_BxK = jnp.zeros((batch, self.model.num_kv_heads), jnp.int32)
-    return compressed_core.Tail(a.chunk_size, offsets_BxK)
+    query = jnp.arange(seq_len)[None, None, :]
+    doc_start = document_starts(segment_ids_BxT)[:, None, :]
+    start_BxKxT = tail_start(query, doc_start, offsets_BxK[:, :, None], a)
+    return compressed_core.Tail(a.tail_span, start_BxKxT)
 
   def _decode_select(self, qkv, indexer) -> fixed_cache.Select | None:
     """The indexer's top-k for one decoding step (kvcache/fixed.py calls it), or None."""

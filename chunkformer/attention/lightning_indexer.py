@@ -123,7 +123,8 @@ class LightningIndexer(nn.Module):
     b, t, _ = x_BxTxE.shape
     q, weights = self._query(x_BxTxE, q_r_BxTxRq, positions_BxT)
     chunks = fixed_chunks(t, a.chunk_size, None if offsets_BxK is None else offsets_BxK[:, :1],
-                          b, 1, positions_BxT, segment_ids_BxT, a.window_tokens)
+                          b, 1, positions_BxT, segment_ids_BxT, a.window_tokens,
+                          a.compress_window_align)
     entries_BxCx1xD = self.compressor.compress(x_BxTxE, chunks, segment_ids_BxT)
     visible = compressed_core.per_head_entry_visibility(
         chunks.ends_BxCxK, chunks.segment_ids_BxCxK, jnp.broadcast_to(jnp.arange(t), (b, t)),

@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+import kernels
 from chunkformer.compression import pooling
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.layers import (
@@ -61,7 +62,9 @@ class FixedChunks:
   Slots outside the row, or in another document than the chunk's last token, are padding: a
   window spanning a document boundary becomes an entry of the later document only, and the
   earlier document's tail tokens in it reach no entry (they stay visible through the raw
-  window). Chunks not finished inside the row have end >= T.
+  window). Chunks not finished inside the row have end >= T. Under "start" alignment an entry
+  whose window begins before the row or its document is dropped: its segment id is
+  ``kernels.PAD_SEGMENT``, so the one visibility rule never shows it (its end stays in order).
   """
 
   tok_BxCxMxK: Array  # row index of each slot of the entry's own chunk (may be < 0 or >= T)
@@ -81,12 +84,14 @@ def num_fixed_chunks(seq_len: int, chunk_size: int) -> int:
 
 def fixed_chunks(seq_len: int, chunk_size: int, offsets_BxK: Array | None, batch: int,
                  num_kv_heads: int, positions_BxT: Array | None = None,
-                 segment_ids_BxT: Array | None = None, window: int = 0) -> FixedChunks:
+                 segment_ids_BxT: Array | None = None, window: int = 0,
+                 align: str = "end") -> FixedChunks:
   """The fixed-chunk layout of a row of ``seq_len`` tokens (see FixedChunks).
 
-  ``window`` is W (0 = chunk_size). ``positions_BxT`` default to 0..T-1; an entry's RoPE
-  position is the position of its last token minus S - 1 (the chunk start j*S - o, which the
-  padded first chunk puts below 0).
+  ``window`` is W (0 = chunk_size); ``align`` is ``attn.compress_window_align`` (the offsets
+  already hold its grid shift). ``positions_BxT`` default to 0..T-1; an entry's RoPE position
+  is the position of its last token minus S - 1 (the chunk start j*S - o, which the padded
+  first chunk puts below 0), or under "start" alignment minus W - 1 (its window's start).
   """
   t, m = seq_len, chunk_size
   w = window or m
@@ -105,10 +110,16 @@ def fixed_chunks(seq_len: int, chunk_size: int, offsets_BxK: Array | None, batch
   if segment_ids_BxT is not None:
     seg_end = at_tokens(segment_ids_BxT, ends[:, :, None, :])
     in_row &= at_tokens(segment_ids_BxT, tok) == seg_end
+  lag = w - 1 if align == "start" else m - 1
   if positions_BxT is None:
-    positions = ends - (m - 1)
+    positions = ends - lag
   else:
-    positions = at_tokens(positions_BxT, ends[:, :, None, :])[:, :, 0] - (m - 1)
+    positions = at_tokens(positions_BxT, ends[:, :, None, :])[:, :, 0] - lag
+  if align == "start":  # only windows that lie whole in the row and in their document
+    if seg_end is None:  # one document
+      seg_end = jnp.zeros_like(ends[:, :, None, :])
+    # Slot 0 is the window's first token.
+    seg_end = jnp.where(in_row[:, :, :1], seg_end, kernels.PAD_SEGMENT)
   return FixedChunks(tok[:, :, w - m:], in_row[:, :, w - m:], tok, in_row, ends, positions,
                      None if seg_end is None else seg_end[:, :, 0], offsets_BxK)
 
@@ -244,12 +255,20 @@ class Compressor(nn.Module):
     """Entries of fixed chunks: (entries_BxCxKxD, ends_BxCxK), C = ceil(T / S).
 
     Entry j of head k is visible to query t iff ``ends[j, k] <= t`` (same document); chunks
-    not finished inside the row have end >= T. ``offsets_BxK`` (in [0, S)) shift boundaries.
+    not finished inside the row have end >= T, and entries that "start" alignment drops end
+    at ``kernels.PAD_END``. ``offsets_BxK`` (in [0, S)) shift boundaries, the alignment's
+    shift included (``chunk_offsets``); None = the alignment's shift alone.
     """
     b, t, _ = x_BxTxE.shape
+    if offsets_BxK is None and self.attn.align_offset:
+      offsets_BxK = jnp.full((b, self.model.num_kv_heads), self.attn.align_offset, jnp.int32)
     chunks = fixed_chunks(t, self.attn.chunk_size, offsets_BxK, b, self.model.num_kv_heads,
-                          positions_BxT, segment_ids_BxT, self.slots)
-    return self.compress(x_BxTxE, chunks, segment_ids_BxT), chunks.ends_BxCxK
+                          positions_BxT, segment_ids_BxT, self.slots,
+                          self.attn.compress_window_align)
+    ends = chunks.ends_BxCxK
+    if chunks.segment_ids_BxCxK is not None:
+      ends = jnp.where(chunks.segment_ids_BxCxK == kernels.PAD_SEGMENT, kernels.PAD_END, ends)
+    return self.compress(x_BxTxE, chunks, segment_ids_BxT), ends
 
   def compress(self, x_BxTxE: Array, chunks: FixedChunks,
                segment_ids_BxT: Array | None = None) -> Array:

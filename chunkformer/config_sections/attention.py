@@ -10,6 +10,7 @@ from kernels.implementation import IMPLEMENTATIONS  # one list, owned by the ker
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
 GATES = ("vector", "scalar")  # gated pooling: one score per channel | one per offset and token
+WINDOW_ALIGNS = ("end", "start")  # compressor windows end at chunk ends | start on the S grid
 OFFSET_MAPS = ("shared", "per_offset")  # payload/gate maps: one (per overlap half) | one per offset
 ENTRY_NORMS = ("all", "keys", "none")  # RMSNorm of pooled entries: key and value | key | none
 BOUNDARY_PREDICTORS = ("router", "delimiter", "fixed")
@@ -32,6 +33,12 @@ class AttentionConfig:
   # token, one entry every chunk_size = S tokens (the stride). 0 = S, or 2S with overlap
   # (CSA is W = 2S with one map per half).
   compress_window: int = 0
+  # Where the windows sit (kind fixed): "end" = entry j pools [(j+1)S - W, (j+1)S), windows
+  # reaching before the row start padded (DeepSeek-V4's CSA; every run written before this
+  # field); "start" = the paper's entry j pools [jS, jS + W), i.e. the "end" grid shifted by
+  # W mod S, and an entry whose window begins before its document (or the row) starts is
+  # never visible. Either way an entry is visible from its last token on.
+  compress_window_align: str = "end"
   offset_maps: str = "shared"  # shared | per_offset: each offset i its own payload/gate map
   gate: str = "vector"  # vector (one score per channel, DeepSeek-V4) | scalar (one per offset)
   payload_norm: bool = False  # RMSNorm of every token's payload after its map (post-norm)
@@ -77,6 +84,7 @@ class AttentionConfig:
     one_of(self.indexer, INDEXERS, f"{field}.indexer")
     one_of(self.gate, GATES, f"{field}.gate")
     one_of(self.offset_maps, OFFSET_MAPS, f"{field}.offset_maps")
+    one_of(self.compress_window_align, WINDOW_ALIGNS, f"{field}.compress_window_align")
     one_of(self.entry_norm, ENTRY_NORMS, f"{field}.entry_norm")
     self._validate_compressor_window(field, num_kv_heads)
     if self.layout == "deepseek_v4":
@@ -167,10 +175,11 @@ class AttentionConfig:
               f"the window W = {self.compress_window} must be >= the stride chunk_size = {s}")
       require(not self.overlap or self.compress_window == 2 * s, f"{field}.compress_window",
               f"overlap is W = 2 * chunk_size = {2 * s}, got {self.compress_window}")
-    general = (self.compress_window, self.offset_maps != "shared", self.gate != "vector",
-               self.payload_norm, self.tail)
+    general = (self.compress_window, self.compress_window_align != "end",
+               self.offset_maps != "shared", self.gate != "vector", self.payload_norm, self.tail)
     if self.kind == "dynamic" and any(general):
-      names = ("compress_window", "offset_maps", "gate", "payload_norm", "tail")
+      names = ("compress_window", "compress_window_align", "offset_maps", "gate",
+               "payload_norm", "tail")
       bad = next(n for n, on in zip(names, general, strict=True) if on)
       require(False, f"{field}.{bad}", "a fixed-kind compressor option, not for kind 'dynamic'")
     if self.tail:
@@ -192,6 +201,29 @@ class AttentionConfig:
   def window_tokens(self) -> int:
     """W: tokens one fixed-kind entry pools (the last S of them are its own chunk)."""
     return self.compress_window or self.chunk_size * (2 if self.overlap else 1)
+
+  @property
+  def align_offset(self) -> int:
+    """Left shift of the chunk grid that puts window starts on multiples of S ("start")."""
+    if self.compress_window_align == "start":
+      return -self.window_tokens % self.chunk_size
+    return 0
+
+  @property
+  def entry_position_lag(self) -> int:
+    """Tokens from an entry's RoPE position back from its last token: the entry sits at its
+    chunk's first token ("end": S - 1 back) or at its window's first token ("start": W - 1)."""
+    if self.compress_window_align == "start":
+      return self.window_tokens - 1
+    return self.chunk_size - 1
+
+  @property
+  def tail_span(self) -> int:
+    """Most raw tokens the uncompressed tail can hold: its own chunk (S), or under "start"
+    alignment every token before a document's first full window (up to W + S - 2)."""
+    if self.compress_window_align == "start":
+      return max(self.chunk_size, self.window_tokens + self.chunk_size - 2)
+    return self.chunk_size
 
   @property
   def map_groups(self) -> int:

@@ -2,7 +2,8 @@
 
 Per layer (all arrays of static shape, see ``init_state``):
 - ``ring_k``/``ring_v`` B x W x K x D, ``ring_pos`` W: the last raw keys/values (after RoPE):
-  the local window's W tokens, or with ``attn.tail`` the S tokens that can be in the tail;
+  the local window's W tokens, or with ``attn.tail`` the tokens that can be in the tail
+  (``attn.tail_span``: S, or up to W + S - 2 under "start" alignment);
 - ``entries_{s}`` B x C x K_s x D_s per compressor stream s (``kv``, or ``k`` and ``v``; plus
   ``index``, the lightning indexer's own entries, K_s = 1, D_s = ``index_head_dim``): closed
   entries, entry j of kv head k at index j (C = max_len // S + 1 covers every offset);
@@ -15,7 +16,8 @@ kv head) the window of the W' tokens ending at t is pooled exactly as in the for
 written as entry j. Offsets are the layer's static ones (random phases are a training-only
 augmentation); the index stream uses kv head 0's offset, as the indexer's forward pass. Then
 one ``kernels.decode_attention`` call attends over the ring and the entries; per-kv-head
-visibility (staggered heads, the indexer's top-k) goes in as its ``entry_visible_BxCxK`` mask.
+visibility (staggered heads, entries whose window "start" alignment drops, the indexer's
+top-k) goes in as its ``entry_visible_BxCxK`` mask.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from chunkformer.compression import Compressor, static_offsets
+from chunkformer.compression import Compressor, static_offsets, tail_start
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.context import AttentionContext
 from chunkformer.kvcache import common as cache_lib
@@ -56,8 +58,8 @@ def entry_capacity(max_len: int, chunk_size: int) -> int:
 
 
 def raw_tokens(attn: AttentionConfig) -> int:
-  """Raw keys/values the ring holds: the local window, or S for the uncompressed tail."""
-  return attn.chunk_size if attn.tail else attn.window
+  """Raw keys/values the ring holds: the local window, or the uncompressed tail's span."""
+  return attn.tail_span if attn.tail else attn.window
 
 
 def init_state(model: ModelConfig, attn: AttentionConfig, layer: int, batch: int, max_len: int,
@@ -100,6 +102,14 @@ def entry_ends(model: ModelConfig, attn: AttentionConfig, layer: int, capacity: 
   """ends_CxK: the last token of entry j of kv head k, ``(j+1)*M - 1 - offset_k``."""
   j = np.arange(capacity)[:, None]
   return jnp.asarray((j + 1) * attn.chunk_size - 1 - static_offsets(model, attn, layer)[None])
+
+
+def entry_kept(attn: AttentionConfig, ends_CxK: Array) -> Array:
+  """kept_CxK: entries "start" alignment keeps, those whose window begins at or after token 0
+  (a decoded row is one document); every entry under "end" alignment."""
+  if attn.compress_window_align != "start":
+    return jnp.ones(ends_CxK.shape, bool)
+  return ends_CxK - (attn.window_tokens - 1) >= 0
 
 
 def prefill_state(model: ModelConfig, attn: AttentionConfig, layer: int,
@@ -158,7 +168,7 @@ def _close_chunks(model, attn, layer, compressors, x_win, state, new) -> None:
         window[name] = buf[:, order_W][:, None]  # B x 1 x W x K x R, offsets in order
     pooled = comp.pool_slots(window["kv"], window.get("z"),
                              jnp.broadcast_to(valid_W[None, None, :, None], (b, 1, w, kh)))
-    entry = comp.finish(pooled, jnp.broadcast_to(t - (m - 1), (b, 1, kh)))
+    entry = comp.finish(pooled, jnp.broadcast_to(t - attn.entry_position_lag, (b, 1, kh)))
     new[f"entries_{s}"] = jnp.where(write_CxK[None, :, :, None], entry.astype(
         state[f"entries_{s}"].dtype), state[f"entries_{s}"])
 
@@ -175,9 +185,8 @@ def step(model: ModelConfig, attn: AttentionConfig, layer: int, parts: Parts, x_
     new = cache_lib.ring_write(new, k, v)
     ring_k, ring_v = new["ring_k"], new["ring_v"]
     ring_valid = new["ring_pos"] >= 0
-    if attn.tail:  # the open chunk's tokens only (the kv heads share one chunking)
-      phase = (t + _offsets(model, attn, layer)[0]) % attn.chunk_size
-      ring_valid &= new["ring_pos"] >= t - phase
+    if attn.tail:  # the tail's tokens only (the kv heads share one chunking)
+      ring_valid &= new["ring_pos"] >= tail_start(t, 0, _offsets(model, attn, layer)[0], attn)
     ring_valid = jnp.broadcast_to(ring_valid, ring_k.shape[:2])
   else:  # no raw tokens: a zero-slot window (every implementation takes W = 0)
     ring_k = ring_v = jnp.zeros((b, 0, kh, d), q.dtype)
@@ -187,11 +196,14 @@ def step(model: ModelConfig, attn: AttentionConfig, layer: int, parts: Parts, x_
     _close_chunks(model, attn, layer, parts.compressors, x_win, state, new)
     main = ("kv",) if attn.shared_kv else ("k", "v")
     ek, ev = new[f"entries_{main[0]}"], new[f"entries_{main[-1]}"]
-    visible_CxK = entry_ends(model, attn, layer, ek.shape[1]) <= t
-    # Visible entries of head k are a prefix; the longest one bounds what the kernel reads.
-    num_entries = jnp.broadcast_to(jnp.max(jnp.sum(visible_CxK, axis=0)), (b,))
+    ends_CxK = entry_ends(model, attn, layer, ek.shape[1])
+    closed_CxK = ends_CxK <= t
+    visible_CxK = closed_CxK & entry_kept(attn, ends_CxK)
+    # Closed entries of head k are a prefix; the longest one bounds what the kernel reads.
+    num_entries = jnp.broadcast_to(jnp.max(jnp.sum(closed_CxK, axis=0)), (b,))
     staggered = len(set(static_offsets(model, attn, layer).tolist())) > 1
-    if staggered or parts.select is not None:
+    dropped = attn.compress_window_align == "start"  # visible entries are no longer a prefix
+    if staggered or dropped or parts.select is not None:
       entry_visible = jnp.broadcast_to(visible_CxK, (b,) + visible_CxK.shape)
     if parts.select is not None:
       # The simple indexer's straight-through bias is zero in the forward pass: not needed here.

@@ -2,7 +2,8 @@
 
 Every run is the same decoder (Qwen3-0.6B's shape at size ``paper``) with one attention
 setting. The compressed default: windows of W tokens every S tokens (``chunk_size`` = S,
-``compress_window`` = W), one payload map, gate and gate bias per offset
+``compress_window`` = W), entry j covering tokens [jS, jS + W) (``compress_window_align =
+"start"``, the paper's alignment), one payload map, gate and gate bias per offset
 (``offset_maps = per_offset``), scalar gates, separate key and value compressors, Q/K RMSNorm
 (compressed keys normalised, compressed values not), RoPE on every channel, and a local window
 of 16 exact tokens. Each ablation changes that default in the fields it names.
@@ -32,6 +33,7 @@ def _compressed(w: int, s: int, kv: int, **changes) -> dict:
       "model.attention.kind": "fixed",
       "model.attention.chunk_size": s,
       "model.attention.compress_window": w,
+      "model.attention.compress_window_align": "start",
       "model.attention.offset_maps": "per_offset",
       "model.attention.gate": "scalar",
       "model.attention.pooling": "gated",

@@ -102,7 +102,8 @@ def layer_attention(model: ModelConfig, params: Any, intermediates: Any, layer: 
     if attn.topk:
       raise NotImplementedError(f"layer {layer}: top-k entry selection is not modelled")
     offsets = chunk_offsets(model, attn, layer, b)
-    chunks = fixed_chunks(t, attn.chunk_size, offsets, b, kh, positions_BxT, segment_ids_BxT)
+    chunks = fixed_chunks(t, attn.chunk_size, offsets, b, kh, positions_BxT, segment_ids_BxT,
+                          attn.window_tokens, attn.compress_window_align)
     entries = next((e for name in _KEY_COMPRESSORS
                     if (e := _find(intermediates, (block, "attn", name, _COMPRESS))) is not None),
                    None)

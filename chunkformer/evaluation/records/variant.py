@@ -57,7 +57,8 @@ IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 # Setup fields newer than some committed results.json files: absent there, they take the
 # dataclass default (what those runs had), and at their default they are not written.
-_ADDED_LATER = ("key_shift_frozen_steps", "query_shift")
+_ADDED_LATER = ("key_shift_frozen_steps", "query_shift", "compress_window", "window_align",
+                "gate", "offset_maps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,13 @@ class VariantSetup:
   rope: bool = True
   pooling: str = "gated"
   overlap: bool = False
+  # The compressor (fixed kind): W (attention.compress_window; 0 = S, or 2S with overlap),
+  # where windows sit (end | start), gate kind (vector | scalar), offset maps (shared |
+  # per_offset). The stride S is chunk_size.
+  compress_window: int = 0
+  window_align: str = "end"
+  gate: str = "vector"
+  offset_maps: str = "shared"
   stagger: bool = False
   stagger_mode: str = "none"
   random_phase: bool = False
