@@ -12,8 +12,8 @@ Measures (bench/accelerator_rows.py):
   MFU, the compiled plan's bytes against the measured peak (``device.memory_stats()``).
 
 Every measurement runs in a worker process (the parent never imports JAX): the kernels in one,
-each kind's train steps in another (T ascending, so the process's peak after a row is that
-row's peak). A row that fails (out of memory, a kernel that does not compile) is recorded with
+each train row (kind, T) in its own (so the process's peak is that row's), every kind at the
+shorter T first. A row that fails (out of memory, a kernel that does not compile) is recorded with
 its error; a worker that crashes or overruns leaves its missing rows marked so. The budget is
 shared: a worker gets the time that is left, and rows that would start after it are skipped.
 Writes ``bench/results/accelerator_<device>.{md,json}`` with date, commit and command.
@@ -91,8 +91,13 @@ def _worker(args) -> None:
         if out_of_time():
           emit(dict(section="kernels", op="compressed", T=t, M=chunk, status="skipped: budget"))
           continue
-        for row in rows_lib.kernel_rows(t, chunk, "small" if args.small else "paper", dtype,
-                                        args.reps, args.full_impl):
+        try:
+          rows = rows_lib.kernel_rows(t, chunk, "small" if args.small else "paper", dtype,
+                                      args.reps, args.full_impl)
+        except Exception as e:  # noqa: BLE001 -- e.g. inputs that do not fit: the next case runs
+          rows = [dict(section="kernels", op="compressed", T=t, M=chunk,
+                       status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")]
+        for row in rows:
           emit(row)
     return
   for kind in args.kinds:
@@ -106,20 +111,21 @@ def _worker(args) -> None:
 
 # ---- the parent: plans, runs the workers within the budget, writes the report ----
 
-def _planned(args, worker: str, kind: str | None) -> list[dict]:
+def _planned(args, worker: str, kind: str | None, seq_lens: list[int]) -> list[dict]:
   if worker == "kernels":
-    return [dict(section="kernels", op="compressed", T=t, M=m) for t in args.seq_lens
+    return [dict(section="kernels", op="compressed", T=t, M=m) for t in seq_lens
             for m in args.chunks]
-  return [dict(section="train", op="train_step", kind=kind, T=t) for t in args.seq_lens]
+  return [dict(section="train", op="train_step", kind=kind, T=t) for t in seq_lens]
 
 
 def _key(row: dict) -> tuple:
   return tuple(row.get(k) for k in ("section", "op", "kind", "T", "M"))
 
 
-def _run_worker(args, worker: str, kind: str | None, deadline: float) -> list[dict]:
+def _run_worker(args, worker: str, kind: str | None, seq_lens: list[int],
+                deadline: float) -> list[dict]:
   """Runs one worker until it ends or the deadline; its rows plus any it left unwritten."""
-  planned = _planned(args, worker, kind)
+  planned = _planned(args, worker, kind, seq_lens)
   left = deadline - time.time()
   if left < 1:
     return [dict(p, status="skipped: budget") for p in planned]
@@ -127,10 +133,12 @@ def _run_worker(args, worker: str, kind: str | None, deadline: float) -> list[di
     rows_out = os.path.join(tmp, "rows.jsonl")
     cmd = [sys.executable, "-m", "bench.accelerator", "--worker", worker, "--rows_out",
            rows_out, "--deadline", str(deadline), "--steps", str(args.steps), "--reps",
-           str(args.reps), "--seq_lens", *map(str, args.seq_lens), "--chunks", *args.chunks]
+           str(args.reps), "--seq_lens", *map(str, seq_lens), "--chunks", *args.chunks]
     cmd += ["--small"] * args.small + (["--kinds", kind] if kind else [])
     cmd += ["--full_impl", args.full_impl] if args.full_impl else []
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # One worker at a time owns the device: let it use all of a GPU (JAX's default is 75%).
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     try:
       done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=left)
@@ -222,9 +230,11 @@ def main(argv=None) -> None:
               date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
               commit=provenance.commit(), budget_s=args.budget_s,
               seq_lens=args.seq_lens, small=args.small)
-  rows = _run_worker(args, "kernels", None, deadline) if args.chunks else []
-  for kind in args.kinds:
-    rows += _run_worker(args, "train", kind, deadline)
+  rows = _run_worker(args, "kernels", None, args.seq_lens, deadline) if args.chunks else []
+  # One process per train row (its peak memory is its own), every kind at the shorter T first.
+  for t in args.seq_lens:
+    for kind in args.kinds:
+      rows += _run_worker(args, "train", kind, [t], deadline)
   meta["wall_s"] = time.time() - began
   md, js = write_report(rows, meta, args.out)
   print(open(md).read())

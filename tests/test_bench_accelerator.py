@@ -54,3 +54,14 @@ def test_spent_budget_skips_every_row_and_still_writes(tmp_path):
   rows = record["rows"]
   assert len(rows) == 2 + 4 and all(r["status"] == "skipped: budget" for r in rows)
   assert {r["kind"] for r in rows if r["section"] == "train"} == set(accelerator.KINDS)
+
+
+def test_a_crashed_worker_leaves_its_rows_marked(tmp_path, monkeypatch):
+  # A worker that dies before writing anything (here: an interpreter that exits 1 at once).
+  monkeypatch.setattr(accelerator.sys, "executable", "false")
+  accelerator.main(["--small", "--kinds", "fixed", "--out", str(tmp_path)])
+  rows = json.loads((tmp_path / "accelerator_unknown.json").read_text())["rows"]
+  assert [(r["section"], r.get("M", r.get("kind"))) for r in rows] == [
+      ("kernels", "4"), ("kernels", "dynamic"), ("train", "fixed")]
+  assert all(r["status"] == "failed: worker exited 1: " for r in rows), rows
+  assert "| fixed | 128 | - |" in (tmp_path / "accelerator_unknown.md").read_text()
