@@ -46,11 +46,14 @@ def block_rows(seq_len: int, window: int, capacity: int, max_scores: int) -> int
 def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array, *,
            window: int, entry_k_BxCxKxD: Array, entry_v_BxCxKxD: Array | None,
            entry_ends_BxCxK: Array, entry_segment_ids_BxCxK: Array, sink_H: Array | None,
-           implementation: str, interpret: bool, max_scores: int = MAX_SCORES) -> Array:
-  """``compressed_core.attend`` (same arguments and result), in query blocks when large."""
+           implementation: str, interpret: bool, max_scores: int | None = None) -> Array:
+  """``compressed_core.attend`` (same arguments and result), in query blocks when large.
+
+  ``max_scores``: query x entry pairs per block (default ``MAX_SCORES``, read at the call).
+  """
   b, t = segment_ids_BxT.shape
   cap = entry_k_BxCxKxD.shape[1]
-  rows = block_rows(t, window, cap, max_scores)
+  rows = block_rows(t, window, cap, MAX_SCORES if max_scores is None else max_scores)
   if implementation != "xla" or rows >= t:
     return compressed_core.attend(
         q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, window=window,
