@@ -11,7 +11,8 @@ entry becomes visible one token after its last token (chunkformer/chunking/route
 Per layer: the same compressor as the ``fixed`` kind (``Compressor``: projections, gate logits,
 slot bias indexed by the token's position inside its chunk, RMSNorm, RoPE at the chunk's start
 position; pooling gated | gated_no_bias | mean) pools each closed chunk into one entry of a
-static-capacity packed buffer (``kernels.segment_pool``), and ``compressed_core.attend`` (the
+static-capacity packed buffer (``kernels.segment_pool``), and ``compressed_core.attend`` (through
+``query_blocks.attend``: at long T in blocks of queries; the
 blockwise XLA path, or ``kernels.chunk_attention`` for Pallas) runs one softmax over the raw
 tokens of the sliding window W, the visible entries (end <= t, same document) and the optional
 sink. Boundaries are one ``chunking.boundaries.Boundaries`` value (end flags, router
@@ -47,7 +48,7 @@ import jax.numpy as jnp
 
 import kernels
 from chunkformer import chunking
-from chunkformer.attention import compressed_core
+from chunkformer.attention import query_blocks
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.chunking import boundaries as boundaries_lib
 from chunkformer.chunking.boundaries import (
@@ -172,9 +173,10 @@ class DynamicAttention(nn.Module):
     ek = entries.get("kv", entries.get("k"))
     ev = entries.get("v", ek)
     # With "xla" this is the fixed kind's blockwise path (custom softmax VJP), faster on CPU than
-    # the kernels' plain reference, which stays the oracle of the Pallas kernels.
+    # the kernels' plain reference, which stays the oracle of the Pallas kernels; at long T in
+    # blocks of queries, since the capacity (T / min_chunk) would make T x C scores dominate.
     per_head = (b, cap, ek.shape[2])
-    o = compressed_core.attend(
+    o = query_blocks.attend(
         q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
         entry_ends_BxCxK=jnp.broadcast_to(layout.entry_visible_from_BxC[:, :, None], per_head),
         entry_segment_ids_BxCxK=jnp.broadcast_to(layout.entry_segment_ids_BxC[:, :, None],

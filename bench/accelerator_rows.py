@@ -1,0 +1,220 @@
+"""The measurements of ``bench.accelerator``, one row each, run inside its worker processes.
+
+Kernel rows: the compressed-attention kernel (``kernels.chunk_attention``, the platform's Pallas
+kernel) against the platform's best full causal attention at Qwen3-0.6B's attention shape, with
+the inputs, the useful-work count and the timer of ``bench.kernels``. Useful FLOPs count the
+visible scores only (window + visible entries; the causal triangle), 4 x D x H per score
+forward, 3.5x that forward + backward (backward about 2.5x forward), as in ``bench.kernels``.
+
+Train rows: one compiled training step of ``configs/lm/qwen3_0p6b.py`` (per attention kind,
+one row per device), timed, with model FLOPs (``chunkformer.flops``) and MFU, the compiled
+plan's bytes (``memory_analysis``) and the measured peak (``device.memory_stats``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kernels
+from bench import kernels as kernel_bench
+
+# Qwen3-0.6B's attention (configs/lm/qwen3_0p6b.py), and the tiny shape of --small.
+SHAPES = {"paper": dict(heads=16, kv_heads=8, head_dim=128, window=128),
+          "small": dict(heads=4, kv_heads=2, head_dim=32, window=16)}
+DYNAMIC_MEAN = 4.0  # mean chunk length of the dynamic rows (the study's target M)
+
+
+def pallas_implementation(backend: str) -> tuple[str, bool]:
+  """(implementation, interpret) of the compressed kernels: the platform's Pallas kernel.
+
+  Elsewhere (CPU) the GPU kernel in interpret mode: the same kernel code, not a speed.
+  """
+  if backend == "gpu":
+    return "pallas_gpu", False
+  if backend == "tpu":
+    return "pallas_tpu", False
+  return "pallas_gpu", True
+
+
+def full_implementation(backend: str) -> str:
+  """The platform's best full causal attention: cuDNN (GPU), splash (TPU), XLA otherwise."""
+  return {"gpu": "cudnn", "tpu": "splash"}.get(backend, "xla")
+
+
+def full_attention(name: str, t: int, heads: int, kv_heads: int, head_dim: int,
+                   interpret: bool = False):
+  """(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD) -> o: causal attention by ``name`` (GQA)."""
+  if name in ("cudnn", "xla"):
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                                        implementation=name)
+  if name != "splash":
+    raise ValueError(f"unknown full attention {name!r}")
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+  g, block = heads // kv_heads, min(512, t)
+  sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                            block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+                            block_q_dq=block, block_kv_dq=block)
+  mask = splash.MultiHeadMask([splash.CausalMask((t, t)) for _ in range(g)])
+  # One MQA kernel per kv head: its G query heads share that head's keys and values.
+  kernel = splash.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
+
+  def attend(q, k, v):
+    b = q.shape[0]
+    q_BxKxGxTxD = jnp.moveaxis(q.reshape(b, t, kv_heads, g, head_dim), 1, 3) * head_dim**-0.5
+    k_BxKxTxD, v_BxKxTxD = (jnp.moveaxis(x, 1, 2) for x in (k, v))
+    o = jax.vmap(jax.vmap(kernel))(q_BxKxGxTxD, k_BxKxTxD, v_BxKxTxD)
+    return jnp.moveaxis(o, 3, 1).reshape(q.shape)
+
+  return attend
+
+
+def _timings(fn, inputs, reps, grad_argnums) -> dict[str, float]:
+  loss = lambda *x: jnp.sum(fn(*x).astype(jnp.float32))
+  fwd_ms = kernel_bench._timed(jax.jit(fn), *inputs, reps=reps)
+  fwd_bwd_ms = kernel_bench._timed(jax.jit(jax.value_and_grad(loss, argnums=grad_argnums)),
+                                   *inputs, reps=reps)
+  return dict(fwd_ms=fwd_ms, fwd_bwd_ms=fwd_bwd_ms)
+
+
+def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str | None = None):
+  """Rows: the compressed kernel, full attention, and their comparison at T and M = chunk."""
+  backend = jax.default_backend()
+  dims = SHAPES[shape]
+  args = types.SimpleNamespace(batch=1, dynamic_mean=DYNAMIC_MEAN, **dims)
+  rng = np.random.default_rng(0)
+  ends, capacity, (q, k, v, ek, ev), (seg, entry_ends, entry_seg) = kernel_bench._attention_case(
+      args, rng, t, chunk, dtype)
+  visible, causal = kernel_bench._visible_pairs(ends[0], dims["window"])
+  per_score = 4 * dims["head_dim"] * dims["heads"]
+  impl, interpret = pallas_implementation(backend)
+  full_impl = full_impl or full_implementation(backend)
+  cases = {
+      "compressed": (impl, visible, lambda q, k, v, ek, ev: kernels.chunk_attention(
+          q, k, v, seg, ek, ev, entry_ends, entry_seg, window=dims["window"],
+          implementation=impl, interpret=interpret), (q, k, v, ek, ev), (0, 1, 2, 3, 4)),
+      "full": (full_impl, causal, full_attention(full_impl, t, dims["heads"], dims["kv_heads"],
+                                                 dims["head_dim"], interpret=backend == "cpu"),
+               (q, k, v), (0, 1, 2)),
+  }
+  base = dict(section="kernels", T=t, M=chunk, dtype=jnp.dtype(dtype).name, capacity=capacity,
+              **dims)
+  rows = {}
+  for name, (implementation, pairs, fn, inputs, argnums) in cases.items():
+    row = dict(base, op=name, impl=implementation, interpret=interpret and name == "compressed",
+               useful_fwd_flops=per_score * pairs)
+    try:
+      row.update(_timings(fn, inputs, reps, argnums))
+      row["fwd_tflops"] = row["useful_fwd_flops"] / row["fwd_ms"] / 1e9
+      row["fwd_bwd_tflops"] = 3.5 * row["useful_fwd_flops"] / row["fwd_bwd_ms"] / 1e9
+      row["status"] = "ok"
+    except Exception as e:  # noqa: BLE001 -- a failing row is a result; the others go on
+      row["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    rows[name] = row
+  c, f = rows["compressed"], rows["full"]
+  stride = DYNAMIC_MEAN if chunk == "dynamic" else float(chunk)
+  cmp = dict(base, op="speedup", useful_flop_ratio=causal / visible,
+             formula_ratio=t / (t / stride + dims["window"]))  # T / (T/S + W)
+  if c["status"] == f["status"] == "ok":
+    cmp.update(fwd_speedup=f["fwd_ms"] / c["fwd_ms"],
+               fwd_bwd_speedup=f["fwd_bwd_ms"] / c["fwd_bwd_ms"], status="ok")
+  else:
+    cmp["status"] = "failed: a timed row failed"
+  return [c, f, cmp]
+
+
+def _compressed_impl(c, backend: str) -> str:
+  """Sets the platform's Pallas kernel on a compressed kind's config where it validates."""
+  from chunkformer import config as config_lib
+
+  impl, _ = pallas_implementation(backend)
+  if backend not in ("gpu", "tpu") or c.model.attention.kind == "full":
+    return c.model.attention.implementation
+  trial = c.to_dict()
+  trial["model"]["attention"]["implementation"] = impl
+  try:
+    config_lib.from_dict(trial)
+  except Exception:  # noqa: BLE001 -- e.g. a layer pattern the kernels do not serve: XLA path
+    return c.model.attention.implementation
+  c.model.attention.implementation = impl
+  return impl
+
+
+def train_row(kind: str, t: int, small: bool, steps: int) -> dict:
+  """One compiled, timed training step of the study's model (one row per device)."""
+  from chunkformer import config as config_lib
+  from chunkformer import flops, trainer
+  from chunkformer import runtime as runtime_lib
+  from configs.lm import qwen3_0p6b, qwen3_tiny
+
+  backend = jax.default_backend()
+  c = (qwen3_tiny if small else qwen3_0p6b).get_config(kind)
+  if small:
+    c.model.num_layers = 2  # v4's layer pattern repeats every 2 layers
+  c.data.seq_len = t
+  c.data.batch_size = jax.device_count()
+  c.train.grad_accum_steps = 1
+  row = dict(section="train", op="train_step", kind=kind, T=t, config="qwen3_tiny (2 layers)"
+             if small else "qwen3_0p6b", rows=c.data.batch_size, devices=jax.device_count(),
+             implementation=_compressed_impl(c, backend))
+  try:
+    config = config_lib.from_dict(c.to_dict())
+    rt = runtime_lib.build(config)
+    state = rt.init_state()
+    step = trainer.make_train_step(rt)
+    with rt.context():
+      batch = rt.batch("train", 0)
+      began = time.perf_counter()
+      compiled = step.lower(state, batch).compile()
+      row["compile_s"] = time.perf_counter() - began
+      mem = compiled.memory_analysis()
+      row["plan_bytes"] = int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                              - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
+      row["plan_temp_bytes"] = int(mem.temp_size_in_bytes)
+      state, sums, _ = compiled(state, batch)  # warm-up
+      jax.block_until_ready(sums)
+      began = time.perf_counter()
+      for _ in range(steps):
+        state, sums, _ = compiled(state, batch)
+      jax.block_until_ready(sums)
+      row["step_s"] = (time.perf_counter() - began) / steps
+    row["loss"] = float(sums["loss_sum"] / max(float(sums["count"]), 1.0))
+    tokens = config.data.batch_size * t
+    row["tokens_per_s"] = tokens / row["step_s"]
+    row["model_flops_per_token"] = flops.train_flops_per_token(config.model, t)
+    peak, source = flops.peak_flops_per_device(jax.devices()[0], config.train.peak_tflops)
+    row["peak_flops_per_device"], row["peak_source"] = peak, source
+    row["mfu"] = flops.mfu(row["model_flops_per_token"], row["tokens_per_s"], peak,
+                           jax.device_count())
+    row["measured_peak_bytes"] = measured_peak_bytes()
+    row["status"] = "ok"
+  except Exception as e:  # noqa: BLE001 -- e.g. out of memory: recorded, the next row runs
+    row["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+  return row
+
+
+def measured_peak_bytes() -> int | None:
+  """Largest ``peak_bytes_in_use`` over this process's devices (None where not reported)."""
+  peaks = []
+  for d in jax.local_devices():
+    stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+    if stats and "peak_bytes_in_use" in stats:
+      peaks.append(int(stats["peak_bytes_in_use"]))
+  return max(peaks) if peaks else None
+
+
+def device_row() -> dict:
+  d = jax.devices()[0]
+  return dict(section="device", op="device", backend=jax.default_backend(),
+              device_kind=d.device_kind, devices=jax.device_count(), jax_version=jax.__version__,
+              status="ok")
+
+
+def finite(x) -> bool:
+  return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,67 @@
+"""bench.accelerator: --small writes its report with every field finite; the budget is kept."""
+
+import json
+import math
+
+from bench import accelerator
+
+
+def _finite(x):
+  return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def test_small_run_writes_finite_rows(tmp_path):
+  # One kernel case and one train worker (the dynamic kind): the same worker code runs every
+  # case and kind; CI time allows one of each (about 30 s of CPU, mostly compiling).
+  accelerator.main(["--small", "--chunks", "dynamic", "--kinds", "dynamic", "--out",
+                    str(tmp_path)])
+  md, js = tmp_path / "accelerator_cpu.md", tmp_path / "accelerator_cpu.json"
+  record = json.loads(js.read_text())
+  assert record["commit"] and record["date"] and record["command"].startswith(
+      "python -m bench.accelerator --small")
+  assert record["device"]["backend"] == "cpu"
+  rows = record["rows"]
+  kernel = [r for r in rows if r["section"] == "kernels"]
+  assert sorted(r["op"] for r in kernel) == ["compressed", "full", "speedup"]
+  assert {r["M"] for r in kernel} == {"dynamic"} and {r["T"] for r in kernel} == {128}
+  for r in kernel:
+    assert r["status"] == "ok", r
+    keys = (("fwd_speedup", "fwd_bwd_speedup", "useful_flop_ratio", "formula_ratio")
+            if r["op"] == "speedup" else ("fwd_ms", "fwd_bwd_ms", "fwd_tflops", "fwd_bwd_tflops"))
+    assert all(_finite(r[k]) and r[k] > 0 for k in keys), r
+  compressed, full, speedup = (next(r for r in kernel if r["op"] == op)
+                               for op in ("compressed", "full", "speedup"))
+  assert compressed["impl"] == "pallas_gpu" and compressed["interpret"] and full["impl"] == "xla"
+  # T / (T/S + W) at T = 128, S = 4 (the dynamic mean), W = 16; useful FLOPs: the causal
+  # triangle over the visible scores.
+  assert math.isclose(speedup["formula_ratio"], 128 / (128 / 4 + 16))
+  assert math.isclose(speedup["useful_flop_ratio"],
+                      full["useful_fwd_flops"] / compressed["useful_fwd_flops"])
+  assert full["useful_fwd_flops"] == 4 * 32 * 4 * (128 * 129 // 2)  # 4 D H x causal pairs
+  (train,) = [r for r in rows if r["section"] == "train"]
+  assert train["status"] == "ok" and train["kind"] == "dynamic" and train["T"] == 128, train
+  for k in ("tokens_per_s", "mfu", "step_s", "plan_bytes", "model_flops_per_token", "loss"):
+    assert _finite(train[k]) and train[k] > 0, (k, train)
+  assert train["measured_peak_bytes"] is None  # CPU reports no memory stats
+  text = md.read_text()
+  assert "| dynamic | 128 | xla |" in text and record["commit"] in text
+
+
+def test_spent_budget_skips_every_row_and_still_writes(tmp_path):
+  accelerator.main(["--small", "--budget_s", "1e-6", "--out", str(tmp_path)])
+  record = json.loads((tmp_path / "accelerator_unknown.json").read_text())
+  assert record["device"] is None  # no worker ran
+  rows = record["rows"]
+  assert len(rows) == 2 + 4 and all(r["status"] == "skipped: budget" for r in rows)
+  assert {r["kind"] for r in rows if r["section"] == "train"} == set(accelerator.KINDS)
+
+
+def test_a_crashed_worker_leaves_its_rows_marked(tmp_path, monkeypatch):
+  # A worker that dies before writing anything (here: an interpreter that exits 1 at once).
+  monkeypatch.setattr(accelerator.sys, "executable", "false")
+  accelerator.main(["--small", "--kinds", "fixed", "--out", str(tmp_path)])
+  rows = json.loads((tmp_path / "accelerator_unknown.json").read_text())["rows"]
+  assert [(r["section"], r.get("M", r.get("kind"))) for r in rows] == [
+      ("kernels", "4"), ("kernels", "dynamic"), ("train", "fixed")]
+  assert all(r["status"] == "failed: worker exited 1: " for r in rows), rows
+  assert "| fixed | 128 | - |" in (tmp_path / "accelerator_unknown.md").read_text()
