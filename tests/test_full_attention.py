@@ -3,7 +3,8 @@
 The reference is ``jax.nn.dot_product_attention(implementation="xla")`` with the dense
 document-causal mask (implementation 'xla', what every committed full-attention run used).
 Rows hold several documents, H = 4 query heads share K = 2 kv heads (GQA), T is not a
-multiple of the block. The Pallas kernels run in interpret mode.
+multiple of the block. The Pallas kernels (the project's and JAX's splash) run in interpret
+mode on CPU.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_blockwise_equals_dense_values_and_gradients(block):
 
 
 @pytest.mark.usefixtures("fast_compiles")  # conftest.py
-@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
+@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu", "splash"])
 def test_pallas_kernels_serve_full_attention(implementation):
   seg = jnp.asarray(SEGMENTS)
   _check_equal(lambda q, k, v: full_attention(q, k, v, seg, implementation, interpret=True),
@@ -81,7 +82,7 @@ def test_auto_picks_per_platform_and_config_checks():
   full = AttentionConfig(kind="full", implementation="auto")
   fixed = AttentionConfig(kind="fixed", window=8, implementation="auto")
   assert [impl_lib.choose(full, 2, p) for p in ("cpu", "gpu", "tpu")] == [
-      "blockwise", "pallas_gpu", "pallas_tpu"]
+      "blockwise", "pallas_gpu", "splash"]
   assert [impl_lib.choose(fixed, 2, p) for p in ("cpu", "gpu", "tpu")] == [
       "xla", "pallas_gpu", "pallas_tpu"]
   # Options only the XLA path serves keep 'xla' under auto.

@@ -6,9 +6,11 @@ Implementations (``attn.implementation``; ``auto`` is resolved per platform by
   (XLA materialises every score: memory grows as T**2);
 - ``blockwise``: the online-softmax path of ``attention.blockwise`` (custom VJP), memory
   T x block, any platform; the choice of ``auto`` on CPU;
+- ``splash``: JAX's TPU splash attention with segment ids (``attention.splash``); ``auto`` on
+  TPU;
 - ``pallas_gpu`` / ``pallas_tpu``: the project's chunk-attention kernels with a raw-key window
-  covering the whole row and no entries (one padding entry that no query sees); ``auto`` on
-  GPU / TPU. The kernels read documents as contiguous runs of equal ids
+  covering the whole row and no entries (one padding entry that no query sees); ``auto`` on GPU
+  takes ``pallas_gpu``. The kernels read documents as contiguous runs of equal ids
   (``kernels.document_runs``), which is every packed batch the data pipeline makes.
 """
 
@@ -43,6 +45,10 @@ def full_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment
                                         implementation="xla")
   if implementation == "blockwise":
     return blockwise.blockwise_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT)
+  if implementation == "splash":
+    from chunkformer.attention import splash  # Pallas TPU imports: only where it runs
+    return splash.splash_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT,
+                                   interpret=interpret)
   if implementation not in PALLAS:
     raise ValueError(f"full attention: unknown implementation {implementation!r} "
                      f"(resolve 'auto' first)")

@@ -3,8 +3,9 @@
 ``resolve`` replaces ``auto`` in a layer's AttentionConfig before the layer is built (the
 decoder's Block does it), so every consumer below it (the kinds, their caches, the kernels)
 sees a concrete name:
-- kind ``full``: the Pallas kernel of the platform (``pallas_gpu`` on GPU, ``pallas_tpu`` on
-  TPU) with a whole-row window, else ``blockwise`` (XLA online softmax, no T x T scores);
+- kind ``full``: on GPU the project's Pallas kernel with a whole-row window (``pallas_gpu``), on
+  TPU JAX's splash attention (``splash``), else ``blockwise`` (XLA online softmax, no T x T
+  scores);
 - kinds ``fixed`` / ``dynamic``: the platform's Pallas kernel where the layer's options allow it
   (no indexer top-k, no uncompressed tail, no per-head stagger over several kv heads), else
   ``xla``; kind ``window``: ``xla``.
@@ -25,7 +26,7 @@ def choose(attn: AttentionConfig, num_kv_heads: int, platform: str) -> str:
   """The concrete implementation ``auto`` means for this layer on ``platform``."""
   pallas = PALLAS_BY_PLATFORM.get(platform)
   if attn.kind == "full":
-    return pallas or "blockwise"
+    return {"pallas_gpu": "pallas_gpu", "pallas_tpu": "splash"}.get(pallas, "blockwise")
   kernel_serves = (attn.kind in ("fixed", "dynamic") and attn.topk == 0 and not attn.tail
                    and (attn.stagger != "heads" or num_kv_heads == 1))
   return pallas if pallas and kernel_serves else "xla"

@@ -17,9 +17,11 @@ ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
-# The kernels' implementations, plus "blockwise" (kind full: online softmax in XLA, no T x T
-# scores) and "auto" (per platform, chunkformer/attention/implementation.py).
-IMPLEMENTATION_CHOICES = (*IMPLEMENTATIONS, "blockwise", "auto")
+# The kernels' implementations, plus for kind full "blockwise" (online softmax in XLA, no T x T
+# scores) and "splash" (JAX's TPU splash attention), and "auto" (per platform,
+# chunkformer/attention/implementation.py).
+FULL_ONLY_IMPLEMENTATIONS = ("blockwise", "splash")
+IMPLEMENTATION_CHOICES = (*IMPLEMENTATIONS, *FULL_ONLY_IMPLEMENTATIONS, "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +58,7 @@ class AttentionConfig:
   delimiters: str = ""  # comma-separated token ids that close a chunk (delimiter rule)
   boundary_group: int = 0  # layers sharing one boundary prediction; 0 = all layers share
   ratio_loss_weight: float = 0.03  # weight of the H-Net compression-ratio loss
-  implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu (kernels/) | blockwise | auto
+  implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu | blockwise | splash | auto
   interpret: bool = False  # run Pallas kernels in interpret mode (CPU tests)
   # DeepSeek-V4 fidelity (attention/v4_projection.py, attention/lightning_indexer.py).
   layout: str = "qwen3"  # qwen3 (q/k/v/o) | deepseek_v4 (low-rank q, K = V, grouped low-rank o)
@@ -149,10 +151,10 @@ class AttentionConfig:
         )
       if self.boundary == "delimiter":
         require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
-    if self.implementation == "blockwise":
+    if self.implementation in FULL_ONLY_IMPLEMENTATIONS:
       require(self.kind == "full", f"{field}.implementation",
-              f"'blockwise' serves kind 'full' (the compressed kinds' 'xla' path is blockwise "
-              f"already), not {self.kind!r}")
+              f"{self.implementation!r} serves kind 'full' (the compressed kinds' 'xla' path is "
+              f"blockwise already), not {self.kind!r}")
     if self.implementation in PALLAS:
       # The Pallas kernels (kernels.chunk_attention) read one end position per entry, shared by
       # the kv heads, and see every visible entry; kind 'full' runs them with a whole-row window.
