@@ -86,7 +86,12 @@ def compile_case(case: dict) -> dict:
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = data, fsdp, tensor
   c.model.remat = case["remat"]
   c.model.dtype = "bfloat16"
-  c.model.attention.implementation = "auto"  # per platform (here: blockwise full attention)
+  # Per platform (here: blockwise full attention, the XLA path of the compressed kinds), or the
+  # TPU kernels in interpret mode: a proxy for the kernels' buffers (block tiles, never the
+  # T x C entry scores the compressed kinds' XLA path holds).
+  kernel_proxy = case.get("implementation") == "pallas_tpu_interpret"
+  c.model.attention.implementation = "pallas_tpu" if kernel_proxy else "auto"
+  c.model.attention.interpret = kernel_proxy
   c.data.seq_len = case["seq_len"]
   c.data.batch_size = data * fsdp  # one row per batch shard
   c.train.grad_accum_steps = 1
