@@ -181,6 +181,12 @@ def worker(args) -> None:
       print(json.dumps({k: v for k, v in record.items() if k != "mesh"}), flush=True)
 
 
+def attention_name(record: dict) -> str:
+  if record.get("implementation") == "pallas_tpu_interpret":
+    return f"{record['variant']} (TPU kernels, interpret)"
+  return record["variant"]
+
+
 def gib(x: float) -> str:
   return f"{x / 2**30:.2f}"
 
@@ -213,11 +219,11 @@ def write_report(records: list[dict], out_base: str, meta: dict) -> None:
     if "parts" in r:
       p = r["parts"]
       tile = f"tiles of {p['loss_token_tile']}" if p["loss_token_tile"] else "untiled"
-      parts.append(f"| {r['variant']} | {r['seq_len']} | {r['devices']} | {gib(p['state'])} | "
+      parts.append(f"| {attention_name(r)} | {r['seq_len']} | {r['devices']} | {gib(p['state'])} | "
                    f"{gib(p['activations'])} | {gib(p['logits_loss'])} ({tile}) | "
                    f"{gib(p['rest'])} | {gib(r['peak_bytes'])} |")
-    head = (f"| {r['config']} | {r['variant']} | {r['seq_len']} | {r['devices']} ({mesh}) | "
-            f"{r['remat']} |")
+    head = (f"| {r['config']} | {attention_name(r)} | {r['seq_len']} | {r['devices']} ({mesh}) "
+            f"| {r['remat']} |")
     if "error" in r:
       lines.append(head + f" compile failed: {r['error']} |" + " |" * 6)
       continue
@@ -257,6 +263,8 @@ def main() -> None:
   p.add_argument("--remats", default="full")
   p.add_argument("--out", default="bench/results/scale_plan")
   p.add_argument("--resume", action="store_true", help="keep the compiled cases of --out")
+  p.add_argument("--kernel_proxy", action="store_true",
+                 help="attention through the TPU kernels in interpret mode (their buffers)")
   p.add_argument("--no_compiler_flops", action="store_true",
                  help="skip the unscanned lowering for XLA's FLOP count (minutes per case)")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -273,12 +281,16 @@ def main() -> None:
                     args.variants.split(","), args.remats.split(",")))
   for case in todo:
     case["compiler_flops"] = not args.no_compiler_flops
+    if args.kernel_proxy:
+      case["implementation"] = "pallas_tpu_interpret"
   records: list[dict] = []
   if args.resume and os.path.exists(args.out + ".json"):  # keep the cases that compiled
     records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
-    ident = ("devices", "seq_len", "variant", "remat", "config")
-    done = [{k: r[k] for k in ident} for r in records]
-    todo = [c for c in todo if {k: c[k] for k in ident} not in done]
+    def ident(r):
+      return (r["devices"], r["seq_len"], r["variant"], r["remat"], r["config"],
+              r.get("implementation", "auto"))
+    done = [ident(r) for r in records]
+    todo = [c for c in todo if ident(c) not in done]
   from chunkformer import provenance  # light: no jax in this parent process
   commit = provenance.commit()
   meta = dict(command="python bench/scale_plan.py " + " ".join(sys.argv[1:]),
