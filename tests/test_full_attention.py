@@ -116,3 +116,19 @@ def test_compiled_training_step_of_full_attention_holds_no_t_by_t_scores():
                                                                         train=False))
   temp = step.lower(params, batch).compile().memory_analysis().temp_size_in_bytes
   assert 0 < temp < t * t * heads * 4 / 16, temp
+
+
+@pytest.mark.parametrize("implementation,platform,target", [
+    ("pallas_gpu", "cuda", "__gpu$xla.gpu.triton"), ("splash", "tpu", "tpu_custom_call")])
+def test_accelerator_paths_lower_forward_and_backward(implementation, platform, target):
+  """Lowered (not compiled) for the accelerator from CPU: bf16, head dim 128, GQA, documents."""
+  q = jnp.zeros((1, 512, 4, 128), jnp.bfloat16)
+  kv = jnp.zeros((1, 512, 2, 128), jnp.bfloat16)
+  seg = jnp.repeat(jnp.arange(2, dtype=jnp.int32), 256)[None]
+
+  def loss(q, k, v):
+    return full_attention(q, k, v, seg, implementation).astype(jnp.float32).sum()
+
+  text = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).trace(q, kv, kv).lower(
+      lowering_platforms=(platform,)).as_text()
+  assert text.count(target) >= 2  # the forward kernel and at least one backward kernel
