@@ -205,8 +205,9 @@ def write_report(records: list[dict], out_base: str, meta: dict) -> None:
       "assignment for the SPMD-partitioned step, not an accelerator's (XLA:GPU/TPU fuse, "
       "schedule and pad differently). Fits are estimates at 90% of device memory; the largest "
       "micro-batch is extrapolated linearly from one row per batch shard. Compiler FLOPs "
-      "include rematerialisation and count what the implementation computes (full attention: "
-      "all T x T scores); analytic FLOPs are model FLOPs (causal, window + visible entries).",
+      "include rematerialisation and count what the implementation computes, a loop body once "
+      "(blockwise attention and the tiled loss are loops: a lower bound there); analytic FLOPs "
+      "are model FLOPs (causal, window + visible entries).",
       "",
       "| model | attention | T | devices (d x f x t) | remat | params | analytic GFLOP/token | "
       "compiler GFLOP/token | state GiB/dev | peak GiB/dev (1 row/shard) | compile s | "
