@@ -1,8 +1,20 @@
 """Memory and FLOP plan of the study's model, checked by compiling its training step.
 
-  python bench/scale_plan.py            # qwen3_0p6b: full / fixed M=4 / dynamic, T = 4096 and
-                                        # 32768, meshes of 8 and 64 fake CPU devices
+  python bench/scale_plan.py            # qwen3_0p6b: full / fixed M=4 / dynamic / v4, T = 4096
+                                        # and 32768, one device (no sharding)
+  python bench/scale_plan.py --devices 8,64   # the same on meshes of 8 and 64 fake CPU devices
   python bench/scale_plan.py --small    # qwen3_tiny (2 layers) on 8 devices, T=256 (CI test)
+
+Attention runs ``attention.implementation = auto`` (on this CPU compiler: full attention by the
+blockwise online softmax, the compressed kinds by their XLA path; on a GPU/TPU the Pallas
+kernels) and the loss by ``model.loss_token_tile``'s default (tiled when vocab x T >= 2**27).
+Each record splits the peak bytes per device into: ``state`` (the step's arguments: parameters,
+AdamW moments, the batch), ``activations`` (the remat checkpoints: one B x T x E carry per layer
+in model.dtype), ``logits_loss`` (the loss's working set: three B x tile x V float32 tiles plus
+the float32 head gradient when tiled, three B x T x V float32 arrays when not) and ``rest``
+(peak minus those three: one block's recomputed forward and backward, attention included, and
+the compiler's other temporaries). Activations and logits_loss are formulas, not measurements;
+the rest is what the compiler's peak leaves after them.
 
 For each case the training step (bf16 compute, float32 parameters and AdamW state, scanned
 layers, the remat policy of the case) is lowered with abstract, sharded inputs and compiled
@@ -43,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py would shadow kernels
 
 DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
-MESHES = {1: (1, 1, 1), 8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor (1: tests)
+MESHES = {1: (1, 1, 1), 8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
 FIT_FRACTION = 0.9
 
 
@@ -74,6 +86,12 @@ def compile_case(case: dict) -> dict:
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = data, fsdp, tensor
   c.model.remat = case["remat"]
   c.model.dtype = "bfloat16"
+  # Per platform (here: blockwise full attention, the XLA path of the compressed kinds), or the
+  # TPU kernels in interpret mode: a proxy for the kernels' buffers (block tiles, never the
+  # T x C entry scores the compressed kinds' XLA path holds).
+  kernel_proxy = case.get("implementation") == "pallas_tpu_interpret"
+  c.model.attention.implementation = "pallas_tpu" if kernel_proxy else "auto"
+  c.model.attention.interpret = kernel_proxy
   c.data.seq_len = case["seq_len"]
   c.data.batch_size = data * fsdp  # one row per batch shard
   c.train.grad_accum_steps = 1
@@ -98,28 +116,52 @@ def compile_case(case: dict) -> dict:
     compiled = step.lower(rt.abstract_state, batch).compile()
   compile_s = time.perf_counter() - began
   mem = compiled.memory_analysis()
-  # XLA's cost analysis counts a loop body once, so the FLOPs come from the unscanned step's
-  # HLO (global, before partitioning; lowered only, never compiled).
-  unscanned = dataclasses.replace(config, model=dataclasses.replace(config.model,
-                                                                    scan_layers=False))
-  rt_unscanned = runtime_lib.build(unscanned)
-  with rt_unscanned.context():
-    cost = trainer.make_train_step(rt_unscanned).lower(rt_unscanned.abstract_state,
-                                                       batch).cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  cost = {}
+  if case.get("compiler_flops", True):
+    # XLA's cost analysis counts a loop body once, so the FLOPs come from the unscanned step's
+    # HLO (global, before partitioning; lowered only, never compiled). The blockwise attention
+    # and the tiled loss are loops too: where they run, the count is a lower bound.
+    unscanned = dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                      scan_layers=False))
+    rt_unscanned = runtime_lib.build(unscanned)
+    with rt_unscanned.context():
+      cost = trainer.make_train_step(rt_unscanned).lower(rt_unscanned.abstract_state,
+                                                         batch).cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   tokens = config.data.batch_size * config.data.seq_len
   args = int(mem.argument_size_in_bytes)
   peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
              + mem.temp_size_in_bytes)
   params = state_lib.param_count(rt.abstract_state.params)
   del jnp
-  return dict(case, mesh=dict(data=data, fsdp=fsdp, tensor=tensor), params=params,
+  parts = byte_parts(config, case["seq_len"], rows=config.data.batch_size // (data * fsdp),
+                     tensor=tensor, argument_bytes=args, peak_bytes=peak)
+  return dict(case, mesh=dict(data=data, fsdp=fsdp, tensor=tensor), params=params, parts=parts,
               rows_per_shard=1, global_rows=config.data.batch_size,
               analytic_flops_per_token=flops.train_flops_per_token(config.model,
                                                                    config.data.seq_len),
               compiler_flops_per_token=float(cost.get("flops", float("nan"))) / tokens,
               argument_bytes=args, temp_bytes=int(mem.temp_size_in_bytes),
               peak_bytes=peak, compile_s=compile_s)
+
+
+def byte_parts(config, seq_len: int, rows: int, tensor: int, argument_bytes: int,
+               peak_bytes: int) -> dict[str, int]:
+  """The peak per device split as the module docstring says (formulas + the measured rest)."""
+  from chunkformer import loss_tiles
+
+  m = config.model
+  act_bytes = 2 if m.dtype == "bfloat16" else 4
+  activations = m.num_layers * rows * seq_len * m.d_model * act_bytes if m.remat != "none" else 0
+  tile = loss_tiles.token_tile(m.loss_token_tile, m.vocab_size, seq_len)
+  vocab = m.vocab_size // tensor  # the vocabulary axis shards over tensor
+  if tile:
+    logits_loss = 3 * rows * tile * vocab * 4 + vocab * m.d_model * 4
+  else:
+    logits_loss = 3 * rows * seq_len * vocab * 4
+  rest = peak_bytes - argument_bytes - activations - logits_loss
+  return dict(state=argument_bytes, activations=activations, logits_loss=logits_loss,
+              rest=rest, loss_token_tile=tile)
 
 
 def fits(record: dict) -> dict[str, int]:
@@ -145,6 +187,12 @@ def worker(args) -> None:
       print(json.dumps({k: v for k, v in record.items() if k != "mesh"}), flush=True)
 
 
+def attention_name(record: dict) -> str:
+  if record.get("implementation") == "pallas_tpu_interpret":
+    return f"{record['variant']} (TPU kernels, interpret)"
+  return record["variant"]
+
+
 def gib(x: float) -> str:
   return f"{x / 2**30:.2f}"
 
@@ -163,29 +211,46 @@ def write_report(records: list[dict], out_base: str, meta: dict) -> None:
       "assignment for the SPMD-partitioned step, not an accelerator's (XLA:GPU/TPU fuse, "
       "schedule and pad differently). Fits are estimates at 90% of device memory; the largest "
       "micro-batch is extrapolated linearly from one row per batch shard. Compiler FLOPs "
-      "include rematerialisation and count what the implementation computes (full attention: "
-      "all T x T scores); analytic FLOPs are model FLOPs (causal, window + visible entries).",
+      "include rematerialisation and count what the implementation computes, a loop body once "
+      "(blockwise attention and the tiled loss are loops: a lower bound there); analytic FLOPs "
+      "are model FLOPs (causal, window + visible entries).",
       "",
       "| model | attention | T | devices (d x f x t) | remat | params | analytic GFLOP/token | "
       "compiler GFLOP/token | state GiB/dev | peak GiB/dev (1 row/shard) | compile s | "
       "max rows/shard: " + ", ".join(f"{n} {gb} GB" for n, gb in DEVICES_GB) + " |",
       "|" + "---|" * 12,
   ]
+  parts = []
   for r in records:
     mesh = "x".join(str(x) for x in MESHES[r["devices"]])
-    head = (f"| {r['config']} | {r['variant']} | {r['seq_len']} | {r['devices']} ({mesh}) | "
-            f"{r['remat']} |")
+    if "parts" in r:
+      p = r["parts"]
+      tile = f"tiles of {p['loss_token_tile']}" if p["loss_token_tile"] else "untiled"
+      parts.append(f"| {attention_name(r)} | {r['seq_len']} | {r['devices']} | {gib(p['state'])} | "
+                   f"{gib(p['activations'])} | {gib(p['logits_loss'])} ({tile}) | "
+                   f"{gib(p['rest'])} | {gib(r['peak_bytes'])} |")
+    head = (f"| {r['config']} | {attention_name(r)} | {r['seq_len']} | {r['devices']} ({mesh}) "
+            f"| {r['remat']} |")
     if "error" in r:
       lines.append(head + f" compile failed: {r['error']} |" + " |" * 6)
       continue
     fit = fits(r)
+    compiler = r["compiler_flops_per_token"] / 1e9  # NaN: not counted (--no_compiler_flops)
     lines.append(
         head + f" {r['params'] / 1e6:.1f}M | {r['analytic_flops_per_token'] / 1e9:.3f} | "
-        f"{r['compiler_flops_per_token'] / 1e9:.3f} | {gib(r['argument_bytes'])} | "
+        f"{'-' if compiler != compiler else f'{compiler:.3f}'} | {gib(r['argument_bytes'])} | "
         f"{gib(r['peak_bytes'])} | {r['compile_s']:.1f} | "
         + ", ".join(str(fit[n]) for n, _ in DEVICES_GB) + " |")
   lines += ["", "0 rows/shard: one row per batch shard does not fit that device; "
             "with rows r the global batch is r x data x fsdp rows (x grad_accum_steps)."]
+  if parts:
+    lines += ["", "## Where the bytes go (GiB per device, one row per batch shard)", "",
+              "state = parameters + AdamW moments + batch (measured arguments); activations = "
+              "remat checkpoints, L x T x E x bytes(model.dtype); logits/loss = the loss's "
+              "working set (formula, module docstring); rest = peak - the three: one block's "
+              "recomputed forward + backward (attention included) and compiler temporaries.",
+              "", "| attention | T | devices | state | activations | logits/loss | rest | peak |",
+              "|---|---|---|---|---|---|---|---|", *parts]
   if meta.get("notes"):
     lines += ["", *meta["notes"]]
   with open(out_base + ".md", "w") as f:
@@ -199,12 +264,16 @@ def load() -> str:
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--small", action="store_true", help="qwen3_tiny, 8 devices, T=256")
-  p.add_argument("--devices", default="8,64")
+  p.add_argument("--devices", default="1")
   p.add_argument("--seq_lens", default="4096,32768")
-  p.add_argument("--variants", default="full,fixed,dynamic")
+  p.add_argument("--variants", default="full,fixed,dynamic,v4")
   p.add_argument("--remats", default="full")
   p.add_argument("--out", default="bench/results/scale_plan")
   p.add_argument("--resume", action="store_true", help="keep the compiled cases of --out")
+  p.add_argument("--kernel_proxy", action="store_true",
+                 help="attention through the TPU kernels in interpret mode (their buffers)")
+  p.add_argument("--no_compiler_flops", action="store_true",
+                 help="skip the unscanned lowering for XLA's FLOP count (minutes per case)")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--cases", help=argparse.SUPPRESS)
   p.add_argument("--output", help=argparse.SUPPRESS)
@@ -217,11 +286,18 @@ def main() -> None:
   device_counts = [int(x) for x in args.devices.split(",")]
   todo = list(cases(args.small, device_counts, [int(x) for x in args.seq_lens.split(",")],
                     args.variants.split(","), args.remats.split(",")))
+  for case in todo:
+    case["compiler_flops"] = not args.no_compiler_flops
+    if args.kernel_proxy:
+      case["implementation"] = "pallas_tpu_interpret"
   records: list[dict] = []
   if args.resume and os.path.exists(args.out + ".json"):  # keep the cases that compiled
     records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
-    done = [{k: r[k] for k in todo[0]} for r in records] if todo else []
-    todo = [c for c in todo if c not in done]
+    def ident(r):
+      return (r["devices"], r["seq_len"], r["variant"], r["remat"], r["config"],
+              r.get("implementation", "auto"))
+    done = [ident(r) for r in records]
+    todo = [c for c in todo if ident(c) not in done]
   from chunkformer import provenance  # light: no jax in this parent process
   commit = provenance.commit()
   meta = dict(command="python bench/scale_plan.py " + " ".join(sys.argv[1:]),

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from chunkformer import layer_stack
 from chunkformer.attention import AttentionContext, attention_class
+from chunkformer.attention import implementation as attention_implementation
 from chunkformer.config import ConfigError, ModelConfig
 from chunkformer.layers import RMSNorm, SwiGLU
 
@@ -28,7 +29,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
     m = self.model
-    attn_cfg = m.layer_attention(self.layer)
+    attn_cfg = attention_implementation.resolve(m.layer_attention(self.layer), m.num_kv_heads)
     attention = attention_class(attn_cfg.kind)(m, attn_cfg, self.layer, name="attn")
     y, shared = attention(RMSNorm(eps=m.norm_eps, name="attn_norm")(x_BxTxE), ctx, shared)
     dtype = x_BxTxE.dtype  # the residual stream keeps its dtype (a scan carry must)
@@ -63,12 +64,28 @@ class BlockUnit(nn.Module):
     return (x_BxTxE, shared), None
 
 
+def head_weights(m: ModelConfig, params) -> tuple[Array, float, str | None]:
+  """The output head as (w_VxE as the head uses it, logit scale, rounding dtype).
+
+  ``logits = (x @ w.T) * scale``, rounded to ``rounding dtype`` first where the head computes
+  in ``model.dtype`` (the untied Dense); the tiled loss (chunkformer/loss_tiles.py) reproduces
+  the head's logits from the final hidden states with these.
+  """
+  dtype = jnp.dtype(m.dtype)
+  if m.tie_embeddings:
+    scale = m.d_model**-0.5 if m.scale_tied_logits else 1.0
+    return params["embedding"].astype(dtype), scale, None
+  return params["unembed"]["kernel"].astype(dtype).T, 1.0, m.dtype
+
+
 class Transformer(nn.Module):
   """tokens_BxT -> logits_BxTxV.
 
   ``positions_BxT`` default to 0..T-1 and ``segment_ids_BxT`` to a single document per row.
   ``train`` switches on training-only behaviour (random chunk phases). ``decode`` appends the
   tokens to each layer's cache in the ``cache`` collection instead (chunkformer/decode.py).
+  ``hidden`` returns the final-normed hidden states x_BxTxE instead of the logits (the head is
+  then ``head_weights``; the tiled loss never forms B x T x V logits).
   """
 
   model: ModelConfig
@@ -76,7 +93,7 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens_BxT: Array, positions_BxT: Array | None = None,
                segment_ids_BxT: Array | None = None, train: bool = False,
-               decode: bool = False) -> Array:
+               decode: bool = False, hidden: bool = False) -> Array:
     m = self.model
     dtype = jnp.dtype(m.dtype)
     if positions_BxT is None:
@@ -107,6 +124,8 @@ class Transformer(nn.Module):
       (x_BxTxE, shared), _ = scan(m, stack.unrolled, name=layer_stack.SCAN_NAME)(
           (x_BxTxE, shared), ctx)
     x_BxTxE = RMSNorm(eps=m.norm_eps, name="final_norm")(x_BxTxE)
+    if hidden:
+      return x_BxTxE
     if m.tie_embeddings:
       logits = jnp.einsum("bte,ve->btv", x_BxTxE, embedding.astype(dtype),
                           preferred_element_type=jnp.float32)

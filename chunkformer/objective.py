@@ -19,6 +19,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from chunkformer import loss_tiles
+from chunkformer.model import head_weights
+
 Array = jax.Array
 
 # Collections the attention kinds may sow into (see attention/common.py).
@@ -40,11 +43,31 @@ def forward(model: nn.Module, params, batch: Mapping[str, Array], *, train: bool
   return logits, aux
 
 
+def forward_tiled(model: nn.Module, params, batch: Mapping[str, Array], tile: int, *,
+                  train: bool, rng: Array | None = None) -> tuple[Array, Array, dict]:
+  """(ce_BxT, correct_BxT, sown collections) through the tiled loss: no B x T x V logits."""
+  rngs = {"phase": rng} if rng is not None else {}
+  x_BxTxE, aux = model.apply(
+      {"params": params}, batch["inputs"], batch["positions"], batch["segment_ids"],
+      train=train, hidden=True, rngs=rngs, mutable=AUX_COLLECTIONS)
+  w_VxE, scale, rounding = head_weights(model.model, params)
+  ce, correct = loss_tiles.cross_entropy(x_BxTxE, w_VxE, batch["targets"], tile=tile,
+                                         scale=scale, rounding=rounding)
+  return ce, correct, aux
+
+
 def metric_sums(logits_BxTxV: Array, batch: Mapping[str, Array]) -> dict[str, Array]:
   """Additive statistics (sums and counts), so that batches and hosts aggregate exactly."""
   targets = batch["targets"]
   ce = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets)
   correct = (jnp.argmax(logits_BxTxV, axis=-1) == targets).astype(jnp.float32)
+  return token_sums(ce, correct, batch)
+
+
+def token_sums(ce_BxT: Array, correct_BxT: Array,
+               batch: Mapping[str, Array]) -> dict[str, Array]:
+  """``metric_sums`` from per-token cross-entropy and correctness (1.0 / 0.0)."""
+  ce, correct = ce_BxT, correct_BxT
   mask = batch["loss_mask"]
   sums = {"loss_sum": jnp.sum(ce * mask), "count": jnp.sum(mask),
           "correct": jnp.sum(correct * mask)}
@@ -83,12 +106,21 @@ def loss_fn(params, model: nn.Module, batch: Mapping[str, Array], rng: Array | N
             aux_weight: float = 1.0) -> tuple[Array, dict[str, Array]]:
   """Mean cross-entropy over scored tokens plus sown auxiliary losses; metric sums as aux.
 
+  The cross-entropy runs over token tiles (loss_tiles.py) when ``model.loss_token_tile`` says
+  so for this batch's length; the sums are the same either way.
+
   ``count`` (default: this batch's scored tokens) divides the summed cross-entropy and
   ``aux_weight`` scales the sown losses: a micro-batch of gradient accumulation passes the
   whole batch's count and 1/k, so that the micro-batches' losses add up to the batch's.
   """
-  logits, aux = forward(model, params, batch, train=train, rng=rng)
-  sums = metric_sums(logits, batch)
+  m = model.model
+  tile = loss_tiles.token_tile(m.loss_token_tile, m.vocab_size, batch["targets"].shape[1])
+  if tile:
+    ce, correct, aux = forward_tiled(model, params, batch, tile, train=train, rng=rng)
+    sums = token_sums(ce, correct, batch)
+  else:
+    logits, aux = forward(model, params, batch, train=train, rng=rng)
+    sums = metric_sums(logits, batch)
   aux_loss = _sum_sown(aux.get("aux_loss", {}))
   count = sums["count"] if count is None else count
   loss = sums["loss_sum"] / jnp.maximum(count, 1.0) + aux_weight * aux_loss

@@ -209,4 +209,10 @@ def test_scale_plan_small_compiles_and_reports_peak_bytes_and_fits(tmp_path):
     assert "error" not in r, r
     assert r["peak_bytes"] > r["argument_bytes"] > 0
     assert 0.5 < r["analytic_flops_per_token"] / r["compiler_flops_per_token"] < 1.5
+    parts = r["parts"]  # the peak split: measured state + formulas + the measured rest
+    assert parts["state"] == r["argument_bytes"]
+    assert sum(parts[k] for k in ("state", "activations", "logits_loss", "rest")) == (
+        r["peak_bytes"])
+    # qwen3_tiny, 2 layers, T = 256, bf16, one row per batch shard: 2 x 256 x 128 x 2 bytes.
+    assert parts["activations"] == 2 * 256 * 128 * 2 and parts["loss_token_tile"] == 0
   assert "CPU-compiled memory is a proxy" in open(out + ".md").read()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from chunkformer.config_sections.errors import ConfigError, one_of, require
-from kernels.implementation import IMPLEMENTATIONS  # one list, owned by the kernels
+from kernels.implementation import IMPLEMENTATIONS, PALLAS  # one list, owned by the kernels
 
 ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
@@ -18,6 +18,11 @@ ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
+# The kernels' implementations, plus for kind full "blockwise" (online softmax in XLA, no T x T
+# scores) and "splash" (JAX's TPU splash attention), and "auto" (per platform,
+# chunkformer/attention/implementation.py).
+FULL_ONLY_IMPLEMENTATIONS = ("blockwise", "splash")
+IMPLEMENTATION_CHOICES = (*IMPLEMENTATIONS, *FULL_ONLY_IMPLEMENTATIONS, "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,7 @@ class AttentionConfig:
   delimiters: str = ""  # comma-separated token ids that close a chunk (delimiter rule)
   boundary_group: int = 0  # layers sharing one boundary prediction; 0 = all layers share
   ratio_loss_weight: float = 0.03  # weight of the H-Net compression-ratio loss
-  implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu (kernels/)
+  implementation: str = "xla"  # xla | pallas_gpu | pallas_tpu | blockwise | splash | auto
   interpret: bool = False  # run Pallas kernels in interpret mode (CPU tests)
   # DeepSeek-V4 fidelity (attention/v4_projection.py, attention/lightning_indexer.py).
   layout: str = "qwen3"  # qwen3 (q/k/v/o) | deepseek_v4 (low-rank q, K = V, grouped low-rank o)
@@ -79,7 +84,7 @@ class AttentionConfig:
     one_of(self.stagger, STAGGER_MODES, f"{field}.stagger")
     one_of(self.boundary, BOUNDARY_PREDICTORS, f"{field}.boundary")
     one_of(self.router_rule, ROUTER_RULES, f"{field}.router_rule")
-    one_of(self.implementation, IMPLEMENTATIONS, f"{field}.implementation")
+    one_of(self.implementation, IMPLEMENTATION_CHOICES, f"{field}.implementation")
     one_of(self.layout, LAYOUTS, f"{field}.layout")
     one_of(self.indexer, INDEXERS, f"{field}.indexer")
     one_of(self.gate, GATES, f"{field}.gate")
@@ -154,11 +159,17 @@ class AttentionConfig:
         )
       if self.boundary == "delimiter":
         require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
-    if self.implementation != "xla":
+    if self.implementation in FULL_ONLY_IMPLEMENTATIONS:
+      require(self.kind == "full", f"{field}.implementation",
+              f"{self.implementation!r} serves kind 'full' (the compressed kinds' 'xla' path is "
+              f"blockwise already), not {self.kind!r}")
+    if self.implementation in PALLAS:
       # The Pallas kernels (kernels.chunk_attention) read one end position per entry, shared by
-      # the kv heads, and see every visible entry.
-      require(self.kind in ("fixed", "dynamic"), f"{field}.implementation",
-              f"{self.implementation!r} serves kinds 'fixed' and 'dynamic', not {self.kind!r}")
+      # the kv heads, and see every visible entry; kind 'full' runs them with a whole-row window.
+      require(self.kind in ("full", "fixed", "dynamic"), f"{field}.implementation",
+              f"{self.implementation!r} serves kinds 'full', 'fixed' and 'dynamic', "
+              f"not {self.kind!r}")
+    if self.implementation in PALLAS and self.kind != "full":  # full ignores these fields
       require(self.topk == 0, f"{field}.topk",
               f"the indexer's top-k selection runs only with implementation 'xla', "
               f"not {self.implementation!r}")
@@ -186,7 +197,7 @@ class AttentionConfig:
       require(self.window == 0, f"{field}.tail",
               f"the uncompressed tail replaces the fixed local window; set window = 0, "
               f"got window = {self.window}")
-      require(self.implementation == "xla", f"{field}.tail",
+      require(self.implementation in ("xla", "auto"), f"{field}.tail",
               f"the tail's raw-token mask runs with implementation 'xla', "
               f"not {self.implementation!r}")
       require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.tail",

@@ -45,6 +45,10 @@ class ModelConfig:
   param_dtype: str = "float32"  # parameter and optimiser-state dtype
   remat: str = "none"  # none | full | dots | dots_no_batch: jax.checkpoint policy per block
   scan_layers: bool = False  # nn.scan over the repeating unit of layer_pattern (layer_stack.py)
+  # Cross-entropy over tiles of this many tokens (chunkformer/loss_tiles.py), never holding
+  # B x T x V float32 logits; 0 = the plain head; -1 = auto: tiles of 512 when vocab_size x T
+  # >= 2**27 (one row's float32 logits >= 512 MiB), else the plain head.
+  loss_token_tile: int = -1
   attention: AttentionConfig = AttentionConfig()
   layer_pattern: str = ""  # per-layer attention overrides; syntax in layer_pattern.py
 
@@ -91,6 +95,8 @@ class ModelConfig:
     require(not self.query_shift or self.key_shift > 1, "model.query_shift",
             f"uses the width of model.key_shift, which must be >= 2; got {self.key_shift}")
     require(self.norm_eps > 0, "model.norm_eps", f"must be > 0, got {self.norm_eps}")
+    require(self.loss_token_tile >= -1, "model.loss_token_tile",
+            f"tokens per loss tile: >= 1, 0 = untiled, -1 = auto; got {self.loss_token_tile}")
     one_of(self.dtype, DTYPES, "model.dtype")
     one_of(self.param_dtype, DTYPES, "model.param_dtype")
     one_of(self.remat, REMAT_POLICIES, "model.remat")
