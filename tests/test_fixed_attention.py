@@ -254,7 +254,7 @@ class ConfigTest(parameterized.TestCase):
       (dict(topk=65), "topk"),  # 256 tokens / M=4 = 64 entries
       (dict(topk=4, implementation="pallas_gpu"), "topk"),  # the kernels see every entry
       (dict(stagger="heads", implementation="pallas_tpu"), "stagger"),  # one end per entry
-      (dict(kind="full", implementation="pallas_gpu"), "implementation"),
+      (dict(implementation="blockwise"), "implementation"),  # a full-attention path only
   )
   def test_bad_attention_config_names_the_field(self, attn, field):
     attention = AttentionConfig(kind="fixed", chunk_size=4, window=8)

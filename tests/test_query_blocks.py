@@ -85,3 +85,34 @@ def test_blocked_gradient_holds_one_block_of_scores():
   blocked = temp_bytes(query_blocks.attend, extra=dict(max_scores=64 * cap))  # 16 blocks
   assert whole > 3 * scores, whole  # the whole-row backward holds several T x C score tensors
   assert blocked < whole / 4, (blocked, whole)  # measured 9.5 MB against 61 MB
+
+
+def test_the_fixed_kind_in_query_blocks_equals_the_whole_row(monkeypatch):
+  """A fixed layer (paper grid W8/S6, two documents) whose row exceeds the block budget runs
+  in query blocks and gives the whole-row layer's output and gradients."""
+  from chunkformer.attention.fixed import FixedAttention
+  from tests.test_compressor_window import E, _ctx, _model, _params
+
+  t = 50
+  m = _model(chunk_size=6, compress_window=8, compress_window_align="start", window=8)
+  layer = FixedAttention(m, m.attention, 0)
+  x = jnp.asarray(np.random.default_rng(3).normal(size=(1, t, E)), jnp.float32)
+  ctx = _ctx(t, segment_ids=[0] * 19 + [1] * (t - 19))
+  params = _params(layer, x, ctx, seed=4)
+
+  def run(max_scores):
+    monkeypatch.setattr(query_blocks, "MAX_SCORES", max_scores)
+    def loss(p, x):
+      o = layer.apply({"params": p}, x, ctx, {})[0]
+      return jnp.sum(o * jnp.cos(jnp.arange(o.size, dtype=jnp.float32)).reshape(o.shape)), o
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, x)
+
+  rows = []
+  block_rows = query_blocks.block_rows
+  monkeypatch.setattr(query_blocks, "block_rows", lambda *a: rows.append(block_rows(*a)) or
+                      rows[-1])
+  (_, o_ref), g_ref = run(query_blocks.MAX_SCORES)
+  (_, o_blk), g_blk = run(16 * 10)
+  assert rows[0] == t and rows[-1] < t  # the second layer really ran in several blocks
+  chex.assert_trees_all_close(o_blk, o_ref, atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(g_blk, g_ref, atol=1e-4, rtol=1e-4)

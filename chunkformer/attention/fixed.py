@@ -27,6 +27,8 @@ Values that carry RoPE are rotated back at the query position after attention
 Implementation (attn.implementation): ``compressed_core.attend`` runs the blockwise XLA path
 ("xla") or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries (one
 end per entry, so per-head stagger and the indexer stay on "xla"; config validation says so).
+Long rows on "xla" go through ``query_blocks.attend`` (queries in blocks under remat, so the
+scores held are L x C, not T x C), unless a tail or top-k selection is in play.
 
 Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
 the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
@@ -43,7 +45,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from chunkformer.attention import compressed_core
+from chunkformer.attention import compressed_core, query_blocks
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.attention.lightning_indexer import LightningIndexer
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks, tail_start
@@ -141,14 +143,18 @@ class FixedAttention(nn.Module):
                                              q, ek, visible)
         else:
           select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
-      o = compressed_core.attend(
-          q, k, v, ctx.segment_ids_BxT, window=a.window,
-          tail=self._tail(offsets, b, t, ctx.segment_ids_BxT),
-          entry_k_BxCxKxD=ek,
-          entry_v_BxCxKxD=entries.get("v"), entry_ends_BxCxK=chunks.ends_BxCxK,
-          entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
-          implementation=a.implementation, interpret=a.interpret, entry_select_BxTxKxC=select,
-          entry_bias_BxTxKxC=bias)
+      tail = self._tail(offsets, b, t, ctx.segment_ids_BxT)
+      shared = dict(entry_k_BxCxKxD=ek, entry_v_BxCxKxD=entries.get("v"),
+                    entry_ends_BxCxK=chunks.ends_BxCxK,
+                    entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
+                    implementation=a.implementation, interpret=a.interpret)
+      if tail is None and select is None and bias is None:
+        # Long rows on the XLA path: in blocks of queries (score memory L x C, not T x C).
+        o = query_blocks.attend(q, k, v, ctx.segment_ids_BxT, window=a.window, **shared)
+      else:
+        o = compressed_core.attend(q, k, v, ctx.segment_ids_BxT, window=a.window, tail=tail,
+                                   entry_select_BxTxKxC=select, entry_bias_BxTxKxC=bias,
+                                   **shared)
       return o, entries
     o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
                                              sink_H=sink_H)

@@ -15,7 +15,9 @@ entries in the same layout, so the outputs equal the unblocked ones (tested). Th
 attention forward is recomputed once more in the backward pass, and P extra queries per block.
 
 Applies to the "xla" implementation when the scores of the whole row exceed ``max_scores``
-query x entry pairs; the Pallas kernels never hold the scores and are called as they are.
+query x entry pairs; the Pallas kernels never hold the scores and are called as they are. Used
+by the dynamic kind and by the fixed kind (without an uncompressed tail or a top-k selection,
+which take ``compressed_core.attend`` whole: T/S entries, a quarter of the dynamic buffer).
 """
 
 from __future__ import annotations
