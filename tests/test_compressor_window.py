@@ -180,18 +180,24 @@ def _case_model(w, s, opts):
   return _model(chunk_size=s, compress_window=w, **opts, **model_opts)
 
 
+def assert_layer_equals(model, reference, t):
+  """One fixed layer of ``model`` on random rows of T = t equals ``reference(params, model,
+  x)`` (a float64 loop from the formulas)."""
+  model.validate()
+  module = FixedAttention(model, model.attention, layer=0)
+  x = jnp.asarray(np.random.default_rng(t).normal(size=(1, t, E)), jnp.float32)
+  ctx = _ctx(t)
+  a = model.attention
+  params = _params(module, x, ctx, seed=a.window_tokens * 10 + a.chunk_size)
+  np.testing.assert_allclose(_apply(module, params, x, ctx), reference(params, model, x),
+                             atol=2e-5, rtol=2e-5)
+
+
 class WindowedCompressorTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*CASES)
   def test_layer_equals_the_dense_reference(self, w, s, t, opts):
-    model = _case_model(w, s, opts)
-    model.validate()
-    module = FixedAttention(model, model.attention, layer=0)
-    x = jnp.asarray(np.random.default_rng(t).normal(size=(1, t, E)), jnp.float32)
-    ctx = _ctx(t)
-    params = _params(module, x, ctx, seed=w * 10 + s)
-    np.testing.assert_allclose(_apply(module, params, x, ctx), dense_layer(params, model, x),
-                               atol=2e-5, rtol=2e-5)
+    assert_layer_equals(_case_model(w, s, opts), dense_layer, t)
 
   def test_scalar_gate_equals_vector_gate_whose_channels_share_one_score(self):
     t = 13

@@ -26,6 +26,7 @@ from chunkformer.compression import Compressor, fixed_chunks
 from chunkformer.config import AttentionConfig, Config, ConfigError, ModelConfig
 from chunkformer.model import Transformer
 from tests import decoding
+from tests import test_compressor_window_model as window_model_test
 from tests.test_compressor_window import (
   D,
   E,
@@ -37,6 +38,7 @@ from tests.test_compressor_window import (
   _params,
   _rms,
   _rotate,
+  assert_layer_equals,
 )
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: small programs, many
@@ -141,14 +143,7 @@ class PaperAlignmentLayerTest(parameterized.TestCase):
       *_random_cases(2, seed=2),
       ("w8s6_mean_tail_reaches_back", 8, 6, 17, _OPTIONS[2]))
   def test_layer_equals_the_paper_reference(self, w, s, t, opts):
-    model = _start(w, s, **opts)
-    model.validate()
-    module = FixedAttention(model, model.attention, layer=0)
-    x = jnp.asarray(np.random.default_rng(t).normal(size=(1, t, E)), jnp.float32)
-    ctx = _ctx(t)
-    params = _params(module, x, ctx, seed=w * 10 + s)
-    np.testing.assert_allclose(_apply(module, params, x, ctx), paper_layer(params, model, x),
-                               atol=2e-5, rtol=2e-5)
+    assert_layer_equals(_start(w, s, **opts), paper_layer, t)
 
   def test_one_hot_offset_gate_gives_the_payload_of_token_js_plus_i(self):
     s, w, t, hot = 3, 7, 17, 5
@@ -228,11 +223,7 @@ def _transformer_config(num_kv_heads=2, **attn):
 
 
 def _model_params(model, seed=0):
-  shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0),
-                                        jnp.zeros((1, T), jnp.int32))["params"])
-  rng = np.random.default_rng(seed)
-  return jax.tree_util.tree_map(lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.5, s.dtype),
-                                shapes)
+  return window_model_test._params(model, seed, seq_len=T)
 
 
 class PaperAlignmentModelTest(parameterized.TestCase):

@@ -24,9 +24,9 @@ def _model(num_kv_heads=2, rope=True, rope_dims=0, qk_norm=True, num_layers=2, *
                      attention=AttentionConfig(**{"kind": "fixed", **attn}))
 
 
-def _params(model, seed=0):
+def _params(model, seed=0, seq_len=T):
   shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0),
-                                        jnp.zeros((1, T), jnp.int32))["params"])
+                                        jnp.zeros((1, seq_len), jnp.int32))["params"])
   rng = np.random.default_rng(seed)
   return jax.tree_util.tree_map(lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.5, s.dtype),
                                 shapes)

@@ -34,7 +34,7 @@ from chunkformer import checkpointing, layer_stack
 from chunkformer import data as data_lib
 from chunkformer.compression import chunk_offsets, pooling
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import loaded_model
+from chunkformer.evaluation.probes import loaded_model, slot_gain
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
 
@@ -54,14 +54,6 @@ def concentration(alpha_NxW: np.ndarray) -> tuple[float, float]:
   alpha_NxW = np.asarray(alpha_NxW, np.float64)
   return (float(np.exp(entropy(alpha_NxW.mean(axis=0)))),
           float(np.mean(np.exp(entropy(alpha_NxW, axis=1)))))
-
-
-def _walk(tree: Any, path: tuple[str, ...] = ()):
-  if isinstance(tree, Mapping):
-    for key, value in tree.items():
-      yield from _walk(value, path + (str(key),))
-  else:
-    yield path, tree
 
 
 def _site(path: tuple[str, ...]) -> tuple[int, str] | None:
@@ -95,7 +87,7 @@ def extract(model) -> trained_lib.Extract:
   def run(collections, rows):
     seq_len = rows["inputs"].shape[1]
     out = {}
-    for path, value in _walk(collections.get(trained_lib.INTERMEDIATES, {})):
+    for path, value in slot_gain.walk(collections.get(trained_lib.INTERMEDIATES, {})):
       site = _site(path)
       if site is None:
         continue

@@ -38,10 +38,11 @@ SLOT_BIAS = "ape"  # the compressor's slot-bias parameter, S x K x R
 _LAYER = re.compile(r"block_(\d+)")
 
 
-def _walk(tree: Any, path: tuple[str, ...] = ()):
+def walk(tree: Any, path: tuple[str, ...] = ()):
+  """(path, leaf) pairs of a nested mapping (sown intermediates, params), depth first."""
   if isinstance(tree, Mapping):
     for key, value in tree.items():
-      yield from _walk(value, path + (str(key),))
+      yield from walk(value, path + (str(key),))
   else:
     yield path, tree
 
@@ -70,7 +71,7 @@ def extract(intermediates: Any) -> dict[str, jax.Array]:
   Returns ``{"pool_sum/<site>": [B, S', K], "pool_count/<site>": [B, K]}`` per sown site.
   """
   out = {}
-  for path, value in _walk(intermediates):
+  for path, value in walk(intermediates):
     if POOL_WEIGHTS not in path:
       continue
     site = "/".join(path[:path.index(POOL_WEIGHTS)])
@@ -117,7 +118,7 @@ def analyze(params: Any, model: ModelConfig, sums: Mapping[str, np.ndarray]) -> 
     realised preferred phase).
   """
   sites: dict[str, dict[str, Any]] = {}
-  for path, value in _walk(jax.device_get(params)):
+  for path, value in walk(jax.device_get(params)):
     if path and path[-1] == SLOT_BIAS:
       sites.setdefault(_site(path), {})["ape"] = np.asarray(value)
   for key, value in sums.items():
