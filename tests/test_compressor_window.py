@@ -193,6 +193,27 @@ def assert_layer_equals(model, reference, t):
                              atol=2e-5, rtol=2e-5)
 
 
+def assert_shift_invariant(model, t, pre):
+  """Positions shifted by 2S, and ``pre`` = 2S tokens of another document in front, leave one
+  fixed layer's outputs unchanged; one token more in front (off the grid) changes them."""
+  s = model.attention.chunk_size
+  module = FixedAttention(model, model.attention, layer=0)
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(1, t, E)), jnp.float32)
+  params = _params(module, x, _ctx(t), seed=6)
+  base = _apply(module, params, x, _ctx(t))
+  shifted = _apply(module, params, x, _ctx(t, positions=np.arange(t) + 2 * s))
+  np.testing.assert_allclose(shifted, base, atol=1e-5, rtol=1e-5)
+  other = jnp.asarray(np.random.default_rng(7).normal(size=(1, pre, E)), jnp.float32)
+  ctx = _ctx(t + pre, positions=np.r_[np.arange(pre), np.arange(t)],
+             segment_ids=np.r_[np.zeros(pre), np.ones(t)].astype(np.int32))
+  packed = _apply(module, params, jnp.concatenate([other, x], axis=1), ctx)
+  np.testing.assert_allclose(packed[:, pre:], base, atol=1e-5, rtol=1e-5)
+  ctx = _ctx(t + 1, positions=np.r_[0, np.arange(t)],
+             segment_ids=np.r_[0, np.ones(t)].astype(np.int32))
+  moved = _apply(module, params, jnp.concatenate([other[:, :1], x], axis=1), ctx)[:, 1:]
+  assert np.abs(moved - base).max() > 1e-3
+
+
 class WindowedCompressorTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*CASES)
@@ -250,23 +271,7 @@ class WindowedCompressorTest(parameterized.TestCase):
     s, w, t, pre = 3, 5, 13, 6
     model = _model(chunk_size=s, compress_window=w, gate="scalar", offset_maps="per_offset",
                    shared_kv=False, window=2)
-    module = FixedAttention(model, model.attention, layer=0)
-    x = jnp.asarray(np.random.default_rng(5).normal(size=(1, t, E)), jnp.float32)
-    params = _params(module, x, _ctx(t), seed=6)
-    base = _apply(module, params, x, _ctx(t))
-    shifted = _apply(module, params, x, _ctx(t, positions=np.arange(t) + 2 * s))
-    np.testing.assert_allclose(shifted, base, atol=1e-5, rtol=1e-5)
-    other = jnp.asarray(np.random.default_rng(7).normal(size=(1, pre, E)), jnp.float32)
-    row = jnp.concatenate([other, x], axis=1)
-    ctx = _ctx(t + pre, positions=np.r_[np.arange(pre), np.arange(t)],
-               segment_ids=np.r_[np.zeros(pre), np.ones(t)].astype(np.int32))
-    np.testing.assert_allclose(_apply(module, params, row, ctx)[:, pre:], base, atol=1e-5,
-                               rtol=1e-5)
-    # A shift that is not a multiple of S moves the chunk boundaries: the output changes.
-    ctx = _ctx(t + 1, positions=np.r_[0, np.arange(t)],
-               segment_ids=np.r_[0, np.ones(t)].astype(np.int32))
-    moved = _apply(module, params, jnp.concatenate([other[:, :1], x], axis=1), ctx)[:, 1:]
-    self.assertGreater(np.abs(moved - base).max(), 1e-3)
+    assert_shift_invariant(model, t, pre)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from absl.testing import absltest, parameterized
 
-from chunkformer.attention.fixed import FixedAttention
 from chunkformer.compression import Compressor, fixed_chunks
 from chunkformer.config import AttentionConfig, Config, ConfigError, ModelConfig
 from chunkformer.model import Transformer
@@ -31,14 +30,12 @@ from tests.test_compressor_window import (
   D,
   E,
   H,
-  _apply,
-  _ctx,
   _model,
   _offset_maps,
-  _params,
   _rms,
   _rotate,
   assert_layer_equals,
+  assert_shift_invariant,
 )
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: small programs, many
@@ -193,22 +190,7 @@ class PaperAlignmentLayerTest(parameterized.TestCase):
     # the tail reaches back to the later document's start until its first window closes.
     s, w, t, pre = 3, 7, 16, 6
     model = _start(w, s, gate="scalar", offset_maps="per_offset", shared_kv=False, tail=True)
-    module = FixedAttention(model, model.attention, layer=0)
-    x = jnp.asarray(np.random.default_rng(5).normal(size=(1, t, E)), jnp.float32)
-    params = _params(module, x, _ctx(t), seed=6)
-    base = _apply(module, params, x, _ctx(t))
-    shifted = _apply(module, params, x, _ctx(t, positions=np.arange(t) + 2 * s))
-    np.testing.assert_allclose(shifted, base, atol=1e-5, rtol=1e-5)
-    other = jnp.asarray(np.random.default_rng(7).normal(size=(1, pre, E)), jnp.float32)
-    ctx = _ctx(t + pre, positions=np.r_[np.arange(pre), np.arange(t)],
-               segment_ids=np.r_[np.zeros(pre), np.ones(t)].astype(np.int32))
-    packed = _apply(module, params, jnp.concatenate([other, x], axis=1), ctx)
-    np.testing.assert_allclose(packed[:, pre:], base, atol=1e-5, rtol=1e-5)
-    # One token more in front moves the later document off the grid: the output changes.
-    ctx = _ctx(t + 1, positions=np.r_[0, np.arange(t)],
-               segment_ids=np.r_[0, np.ones(t)].astype(np.int32))
-    moved = _apply(module, params, jnp.concatenate([other[:, :1], x], axis=1), ctx)[:, 1:]
-    self.assertGreater(np.abs(moved - base).max(), 1e-3)
+    assert_shift_invariant(model, t, pre)
 
 
 V, T = 32, 19
