@@ -83,11 +83,29 @@ class Config:
         require(layer.topk <= capacity, f"model.attention[layer {i}].topk",
                 f"top-{layer.topk} exceeds the {capacity} entries of a row "
                 f"(data.seq_len={self.data.seq_len}, chunk_size={layer.chunk_size})")
+    self._check_context_parallel()
     needed = data_lib.vocab_size_needed(self.data)
     require(self.model.vocab_size >= needed, "model.vocab_size",
             f"data task {self.data.task!r} emits token ids up to {needed - 1}; "
             f"need >= {needed}, got {self.model.vocab_size}")
     return self
+
+  def _check_context_parallel(self) -> None:
+    """mesh.context > 1 splits every row's tokens; what cannot be split is refused here.
+
+    GSPMD partitions the XLA attention paths along the tokens (chunks may straddle a shard
+    edge: the partitioner moves the rows it needs), but a Pallas kernel is one opaque call
+    that it cannot split, and a row must split into equal token blocks.
+    """
+    context = self.mesh.context
+    if context <= 1:
+      return
+    require(self.data.seq_len % context == 0, "data.seq_len",
+            f"{self.data.seq_len} tokens do not split over mesh.context={context} devices")
+    for i, layer in enumerate(self.model.layers):
+      require(layer.implementation == "xla", f"model.attention[layer {i}].implementation",
+              f"{layer.implementation!r} cannot split a row over mesh.context={context}; "
+              "context parallelism runs the 'xla' implementation")
 
 
 def _deep_tuple(value: Any) -> Any:

@@ -1,10 +1,12 @@
 """Device mesh, logical-axis rules and the shardings of parameters and batches.
 
 Model code names axes logically (``embed``, ``heads``, ...); ``config.mesh.axis_rules`` maps
-those names onto the mesh axes ``data``, ``fsdp`` and ``tensor``. A mesh axis that does not
-divide a dimension carrying its logical name (``kv_heads = 1`` over ``tensor = 2``) is dropped
-from that logical name's rule for the whole run, so parameters and the activation constraints
-inside the model agree; the drop is logged once. Batches are never silently replicated: a
+those names onto the mesh axes ``data``, ``fsdp``, ``context`` and ``tensor`` (``context``
+splits the token dimension ``length`` of the batch and of every activation: context
+parallelism). A mesh axis that does not divide a dimension carrying its logical name
+(``kv_heads = 1`` over ``tensor = 2``) is dropped from that logical name's rule for the whole
+run, so parameters and the activation constraints inside the model agree; the drop is logged
+once. Batches are never silently replicated: a
 global batch that the batch axes do not divide is a ConfigError.
 """
 
@@ -22,14 +24,14 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from chunkformer.config import ConfigError, MeshConfig
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "context", "tensor")  # context next to tensor: both talk most
 BATCH_AXES = ("batch", "length")  # logical names of a [B, T] input array
 
 Rules = tuple[tuple[str, Any], ...]
 
 
 def make_mesh(mesh_config: MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A (data, fsdp, tensor) mesh over all devices (of every process) unless given."""
+  """A (data, fsdp, context, tensor) mesh over all devices (of every process) unless given."""
   devices = list(jax.devices() if devices is None else devices)
   shape = mesh_config.shape(len(devices))
   return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),

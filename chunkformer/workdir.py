@@ -32,7 +32,8 @@ SWEEP_RESULTS_FILE = "results.json"  # written by evaluation/sweep/ beside its v
 # Changing these does not change parameters or data at any step.
 BOOKKEEPING_FIELDS = frozenset({
     "train.log_every", "train.eval_every", "train.eval_batches", "train.checkpoint_every",
-    "train.keep_checkpoints", "mesh.data", "mesh.fsdp", "mesh.tensor", "mesh.axis_rules",
+    "train.keep_checkpoints", "mesh.data", "mesh.fsdp", "mesh.context",
+    "mesh.tensor", "mesh.axis_rules",
     "model.remat",  # recomputes the same values: parameters and checkpoint layout unchanged
 })
 

@@ -4,7 +4,7 @@ Run by tests/test_parallel.py in fresh processes, because the device count (XLA_
 ``jax.distributed`` must be fixed before JAX starts. Multi-process runs take the CHUNKFORMER_*
 environment variables (chunkformer/distributed.py); only process 0 writes ``--out``.
 
-  python tests/parallel_worker.py --out losses.json --workdir DIR --mesh 2,2,2 [--devices 1]
+  python tests/parallel_worker.py --out losses.json --workdir DIR --mesh 2,2,2[,1] [--devices 1]
 """
 
 import argparse
@@ -21,7 +21,7 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", required=True)
   parser.add_argument("--workdir", required=True)
-  parser.add_argument("--mesh", default="-1,1,1", help="data,fsdp,tensor")
+  parser.add_argument("--mesh", default="-1,1,1", help="data,fsdp,tensor[,context]")
   parser.add_argument("--devices", type=int, default=0, help="use the first N devices; 0 = all")
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--num_kv_heads", type=int, default=1)
@@ -36,7 +36,8 @@ def main() -> None:
 
   c = smoke.get_config()
   c.model.num_kv_heads = args.num_kv_heads
-  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = (int(x) for x in args.mesh.split(","))
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor, *context = (int(x) for x in args.mesh.split(","))
+  c.mesh.context = context[0] if context else 1
   c.train.steps = args.steps
   c.train.log_every = 1
   config = config_lib.from_dict(c.to_dict())

@@ -29,7 +29,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """name -> (worker JSON, workdir) for: one device; 8 fake devices; 2 processes x 2 devices."""
+  """name -> (worker JSON, workdir) for: one device; 8 fake devices; 2 processes x 2 devices;
+  2 processes x 4 devices with every row's tokens split over all 8 (mesh.context = 8)."""
   base = tmp_path_factory.mktemp("parallel")
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              JAX_COMPILATION_CACHE_DIR=str(base / "jax_cache"),
@@ -44,9 +45,16 @@ def runs(tmp_path_factory):
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "CHUNKFORMER_COORDINATOR": f"127.0.0.1:{port}", "CHUNKFORMER_NUM_PROCESSES": "2",
         "CHUNKFORMER_PROCESS_ID": str(pid)}, "2,1,2")
+  context_port = _free_port()
+  for pid in range(2):  # tokens 0-15 of every row on process 0's devices, 16-31 on process 1's
+    specs[f"context_process_{pid}"] = ({
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "CHUNKFORMER_COORDINATOR": f"127.0.0.1:{context_port}",
+        "CHUNKFORMER_NUM_PROCESSES": "2", "CHUNKFORMER_PROCESS_ID": str(pid)}, "1,1,1,8")
   procs = {}
   for name, (extra, mesh) in specs.items():
-    workdir = str(base / ("two_processes" if name.startswith("process") else name))
+    workdir = str(base / ("two_processes" if name.startswith("process") else
+                          "context_processes" if name.startswith("context_process") else name))
     out = str(base / f"{name}.json")
     log = open(base / f"{name}.log", "w")  # noqa: SIM115 -- closed below
     cmd = [sys.executable, WORKER, "--out", out, "--workdir", workdir, "--mesh", mesh]
@@ -87,4 +95,15 @@ def test_two_processes_match_one_process(runs):
                              atol=1e-5, rtol=0)
   # Only process 0 writes metrics; both wrote their shards of the shared checkpoint.
   assert len(glob.glob(os.path.join(workdir, "events.out.tfevents.*"))) == 1
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "3"]
+
+
+def test_context_axis_across_two_processes_matches_one_process(runs):
+  one, _ = runs["one_device"]
+  two, workdir = runs["context_process_0"]
+  assert "context_process_1" not in runs
+  assert (two["processes"], two["devices"]) == (2, 8)
+  np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(two["final"]["heldout"]["loss"], one["final"]["heldout"]["loss"],
+                             atol=1e-5, rtol=0)
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "3"]

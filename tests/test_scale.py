@@ -174,7 +174,8 @@ def test_peak_flops_come_from_the_device_table_or_the_configured_value():
 
 
 def test_mesh_fsdp_auto_takes_every_device_the_other_axes_leave():
-  assert config_lib.MeshConfig(data=1, fsdp=-1, tensor=2).shape(8) == (1, 4, 2)
+  assert config_lib.MeshConfig(data=1, fsdp=-1, tensor=2).shape(8) == (1, 4, 1, 2)
+  assert config_lib.MeshConfig(data=1, fsdp=-1, context=2, tensor=2).shape(8) == (1, 2, 2, 2)
   with pytest.raises(ConfigError, match="mesh.fsdp"):
     config_lib.MeshConfig(data=-1, fsdp=-1).shape(8)
 

@@ -28,8 +28,8 @@ def _boxed_params(**model):
   return jax.eval_shape(lambda: Transformer(config).init(jax.random.key(0), tokens))
 
 
-def _mesh(data, fsdp, tensor):
-  return AbstractMesh((data, fsdp, tensor), sharding.MESH_AXES)
+def _mesh(data, fsdp, tensor, context=1):
+  return AbstractMesh((data, fsdp, context, tensor), sharding.MESH_AXES)
 
 
 def test_mesh_axis_that_cannot_split_a_dimension_is_dropped_only_for_that_logical_axis():
@@ -76,3 +76,38 @@ def test_command_line_refuses_bad_config_naming_the_field(tmp_path):
   assert result.returncode == 1
   assert "config field 'model.num_heads'" in result.stderr
   assert not workdir.exists()
+
+
+def test_context_axis_splits_the_tokens_of_the_batch_and_the_activations():
+  rules = sharding.normalize_rules(config_lib.DEFAULT_AXIS_RULES)
+  batch = sharding.batch_sharding(_mesh(2, 1, 1, context=4), rules)
+  assert batch.spec == P(("data", "fsdp"), "context")
+  assert nn.logical_to_mesh_axes(("batch", "length", "act_embed"), rules) == P(
+      ("data", "fsdp"), "context", None)
+  assert config_lib.MeshConfig(data=-1, context=4).shape(8) == (2, 1, 4, 1)
+  with pytest.raises(ConfigError, match="mesh.context"):
+    config_lib.MeshConfig(context=0).shape(8)
+
+
+def _context_config(fields):
+  """The smoke config on mesh.context = 4 with ``fields`` (dotted names) overridden."""
+  c = smoke.get_config()
+  c.mesh.context = 4
+  for key, value in fields.items():
+    *sections, name = key.split(".")
+    node = c
+    for section in sections:
+      node = node[section]
+    node[name] = value
+  return c.to_dict()
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"data.seq_len": 30}, "'data.seq_len'"),  # 30 tokens do not split over 4 devices
+    ({"model.attention.kind": "fixed", "model.attention.implementation": "pallas_gpu",
+      "model.attention.interpret": True}, r"'model.attention\[layer 0\].implementation'"),
+])
+def test_context_axis_refuses_what_it_cannot_split_before_compiling(fields, field):
+  with pytest.raises(ConfigError, match=field):
+    config_lib.from_dict(_context_config(fields))
+  config_lib.from_dict(_context_config({}))  # the smoke config itself splits over context = 4
