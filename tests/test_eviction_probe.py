@@ -91,3 +91,14 @@ def test_delimiter_ids_follow_a_loaded_models_token_map():
   grid = from_dict(dict(policy="chunkkv", budget=8, window=2, chunk=10))
   assert eviction_needles.phase_sizes_for(grid, (4,), (8, 4)) == [4, 8, 10]
   assert eviction_needles.phase_sizes_for(policy, (4,), ()) == [4]
+
+
+def test_a_sweep_config_with_a_bad_policy_is_refused_before_anything_trains():
+  good = dict(policies=[dict(policy="snapkv", budget=32)])
+  check({"eviction_needles": good})
+  with pytest.raises(ConfigError, match=r"eviction_needles\.policies"):
+    check({"eviction_needles": dict(policies=[])})
+  with pytest.raises(ConfigError, match=r"eviction_needles\.prompt_end"):
+    check({"eviction_needles": dict(good, prompt_end="middle")})
+  with pytest.raises(ConfigError, match=r"eviction_needles\.policies\[0\]"):
+    check({"eviction_needles": dict(policies=[dict(policy="nope", budget=8)])})

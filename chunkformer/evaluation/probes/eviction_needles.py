@@ -75,6 +75,14 @@ def _policies(specs: Sequence[Mapping[str, Any]]) -> list[tuple[dict, eviction.P
   return chosen
 
 
+def check_options(policies: Sequence[Mapping[str, Any]] = (), prompt_end: str = "question",
+                  **_) -> None:
+  """The options a sweep config gives this probe, checked before anything trains
+  (``registry.check``): ConfigError naming the bad entry."""
+  _policies(policies)
+  one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
+
+
 def phase_sizes_for(policy: eviction.Policy, unit_sizes: Sequence[int],
                     extra: Sequence[int]) -> list[int]:
   """The L a policy's accuracy is read at: the option's, the unit's and a grid's own chunk."""

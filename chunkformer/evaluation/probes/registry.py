@@ -43,6 +43,11 @@ PROBES: dict[str, Probe] = {
     "eviction_needles": eviction_needles.probe,  # needle sweep under KV eviction policies
 }
 
+# Checks of a probe's option values (beyond their names) that can run before any training.
+OPTION_CHECKS: dict[str, Any] = {
+    "eviction_needles": eviction_needles.check_options,  # the listed policies and prompt end
+}
+
 
 def check(probes: Mapping[str, Any]) -> None:
   """ConfigError naming ``sweep.probes.<name>`` for an unknown probe or option (before any
@@ -59,6 +64,8 @@ def check(probes: Mapping[str, Any]) -> None:
       inspect.signature(PROBES[name]).bind(None, **options)
     except TypeError as e:
       raise ConfigError(f"config field '{field}': {e}") from None
+    if name in OPTION_CHECKS:
+      OPTION_CHECKS[name](**options)
 
 
 def options(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
