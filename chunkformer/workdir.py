@@ -211,6 +211,15 @@ def write_text(path: str, text: str) -> str:
   return path
 
 
+def read_final_metrics(workdir: str) -> dict[str, Any] | None:
+  """``DIR/final_metrics.json`` of a finished run (step, held-out metrics), or None."""
+  path = os.path.join(workdir, FINAL_METRICS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
 def write_json(workdir: str, name: str, payload: dict[str, Any]) -> str:
   """Atomically writes ``payload`` to ``DIR/name`` (process 0 only); returns the path."""
   path = os.path.join(workdir, name)

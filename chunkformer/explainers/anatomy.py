@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from chunkformer import data as data_lib
 from chunkformer.chunking import boundaries as chunk_boundaries
 from chunkformer.config import AttentionConfig
 from chunkformer.evaluation.probes import attention_weights, needle_sweep, slot_gain
@@ -49,21 +48,10 @@ def predictor(model: trained_lib.TrainedModel, batch_size: int,
   return trained_lib.Predictor(model, batch_size, extract=extract, capture=capture)
 
 
-def heldout_rows(model: trained_lib.TrainedModel, count: int) -> dict[str, np.ndarray]:
-  """The first ``count`` held-out training rows of the model's data config."""
-  config = model.config
-  batches, step = [], 0
-  while sum(b["inputs"].shape[0] for b in batches) < count:
-    batches.append(data_lib.make_batch(config.data, seed=config.seed, step=step,
-                                       split="heldout"))
-    step += 1
-  return {k: np.concatenate([b[k] for b in batches])[:count] for k in batches[0]}
-
-
 def slot_gains(model: trained_lib.TrainedModel, run: trained_lib.Predictor,
                num_rows: int) -> dict[str, Any]:
   """``slot_gain.analyze`` of the model over ``num_rows`` held-out rows."""
-  out = run(heldout_rows(model, num_rows))
+  out = run(trained_lib.heldout_rows(model.config, num_rows))
   sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
   return slot_gain.analyze(model.params, model.config.model, sums)
 

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunkformer import data as data_lib
 from chunkformer.evaluation import stats
 from chunkformer.evaluation.probes import (
   lm_phase_loss,
@@ -174,17 +173,6 @@ def run_prefix_probe(context: ProbeContext, prompts: int = 32, max_prefix: int =
                      primary=Primary("prefix", analysis))
 
 
-def _heldout_rows(trained: trained_lib.TrainedModel, count: int) -> dict[str, np.ndarray]:
-  config = trained.config
-  batches, have, step = [], 0, 0
-  while have < count:
-    batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
-    batches.append(batch)
-    have += batch["inputs"].shape[0]
-    step += 1
-  return {k: np.concatenate([b[k] for b in batches])[:count] for k in batches[0]}
-
-
 def _gains(trained: trained_lib.TrainedModel, context: ProbeContext, out) -> dict:
   sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
   return slot_gain.analyze(trained.params, context.unit_config.model, sums)
@@ -193,7 +181,7 @@ def _gains(trained: trained_lib.TrainedModel, context: ProbeContext, out) -> dic
 def run_slot_gain(context: ProbeContext, rows: int = 64) -> ProbeResult:
   """The ``slot_gain`` entry (module docstring), on ``rows`` held-out rows."""
   trained, unit = context.trained, context.unit
-  heldout = _heldout_rows(trained, rows)
+  heldout = trained_lib.heldout_rows(trained.config, rows)
   out = context.predict(heldout)
   gains = _gains(trained, context, out)
   fields, figures = {}, []

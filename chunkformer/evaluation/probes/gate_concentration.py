@@ -31,7 +31,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from chunkformer import checkpointing, layer_stack
-from chunkformer import data as data_lib
 from chunkformer.compression import chunk_offsets, pooling
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import loaded_model, slot_gain
@@ -152,17 +151,6 @@ def kept_params(trained: trained_lib.TrainedModel) -> Iterator[tuple[int, Any]]:
     checkpointer.close()
 
 
-def heldout_rows(config, rows: int, seed: int) -> dict[str, np.ndarray]:
-  """``rows`` held-out rows of the model's own data (batches ``seed``, ``seed + 1``, ...)."""
-  batches, have, step = [], 0, seed
-  while have < rows:
-    batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
-    batches.append(batch)
-    have += batch["inputs"].shape[0]
-    step += 1
-  return {k: np.concatenate([b[k] for b in batches])[:rows] for k in trained_lib.ROW_KEYS}
-
-
 def probe(context: ProbeContext, rows: int = 16, batch_size: int = 8, seed: int = 7,
           trajectory: bool = False) -> ProbeResult:
   """The ``gate_concentration`` entry of ``PROBES``: every gate's static and per-window
@@ -171,7 +159,8 @@ def probe(context: ProbeContext, rows: int = 16, batch_size: int = 8, seed: int 
   compressor gates: an empty list) and, with ``trajectory``, ``"trajectory": [{"step",
   "gates"}, ...]`` over the run's kept checkpoints."""
   trained = context.trained
-  data = heldout_rows(trained.config, rows, seed)
+  data = trained_lib.heldout_rows(trained.config, rows, first_step=seed)
+  data = {k: data[k] for k in trained_lib.ROW_KEYS}
   record = {"rows": rows, "step": trained.step, "gates": measure(trained, data, batch_size)}
   if trajectory:
     record["trajectory"] = [

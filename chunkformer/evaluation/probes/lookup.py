@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,11 +56,7 @@ class ResidueTest:
 
 def validation_loss(workdir: str) -> float | None:
   """The held-out loss the run wrote at its last step (``final_metrics.json``), if any."""
-  path = os.path.join(workdir, workdir_lib.FINAL_METRICS_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    loss = (json.load(f).get("heldout") or {}).get("loss")
+  loss = ((workdir_lib.read_final_metrics(workdir) or {}).get("heldout") or {}).get("loss")
   return None if loss is None else float(loss)
 
 

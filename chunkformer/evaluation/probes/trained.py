@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from chunkformer import checkpointing, heldout, objective
+from chunkformer import data as data_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import workdir as workdir_lib
@@ -43,6 +44,18 @@ class TrainedModel:
   runtime: runtime_lib.Runtime
   params: Any
   step: int
+
+
+def heldout_rows(config: Config, count: int, first_step: int = 0) -> dict[str, np.ndarray]:
+  """``count`` held-out rows of ``config``'s data: its held-out batches ``first_step``,
+  ``first_step + 1``, ... concatenated and cut (every key of the batch)."""
+  batches, have, step = [], 0, first_step
+  while have < count:
+    batch = data_lib.make_batch(config.data, seed=config.seed, step=step, split="heldout")
+    batches.append(batch)
+    have += batch["inputs"].shape[0]
+    step += 1
+  return {k: np.concatenate([b[k] for b in batches])[:count] for k in batches[0]}
 
 
 def finished_config(workdir: str) -> Config:

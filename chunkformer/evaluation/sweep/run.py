@@ -53,12 +53,11 @@ def is_finished(variant: sweep_config.Variant) -> bool:
   """Whether ``variant.workdir`` holds this variant's finished run (final metrics written)."""
   if not variant.train:
     return True
-  final = os.path.join(variant.workdir, workdir_lib.FINAL_METRICS_FILE)
   diff = workdir_lib.recorded_differences(variant.workdir, variant.config)
-  if diff is None or workdir_lib.blocking(diff) or not os.path.exists(final):
+  if diff is None or workdir_lib.blocking(diff):
     return False
-  with open(final) as f:
-    return json.load(f).get("step") == variant.config.train.steps
+  final = workdir_lib.read_final_metrics(variant.workdir)
+  return final is not None and final.get("step") == variant.config.train.steps
 
 
 class ProgressDisplay:

@@ -25,8 +25,6 @@ ratio is measured from the end flags they used, never assumed.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import Any
 
 from chunkformer import workdir as workdir_lib
@@ -172,8 +170,4 @@ def _compression_ratio(setup: VariantSetup, measured: float | None,
 
 
 def _final_metrics(workdir: str) -> dict[str, Any] | None:
-  path = os.path.join(workdir, workdir_lib.FINAL_METRICS_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f).get("heldout")
+  return (workdir_lib.read_final_metrics(workdir) or {}).get("heldout")
