@@ -12,14 +12,16 @@ import dataclasses
 
 from chunkformer.config_sections.errors import one_of, require, require_positive
 
-TASKS = ("kv", "code", "corpus")
+TASKS = ("kv", "lookup", "code", "corpus")
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Offline, deterministic data. Lengths in tokens."""
 
-  task: str = "kv"  # kv (synthetic key-value retrieval) | code (stdlib bytes) | corpus (shards)
+  # kv (synthetic key-value retrieval) | lookup (the paper's lookup prompts, data/lookup_rows.py)
+  # | code (stdlib bytes) | corpus (shards)
+  task: str = "kv"
   seq_len: int = 256  # T tokens per row
   batch_size: int = 32  # global rows per step (split over processes)
   # Key-value retrieval.
@@ -30,6 +32,10 @@ class DataConfig:
   num_symbols: int = 64  # distinct key/value symbol tokens
   num_filler: int = 4  # distinct filler tokens in the kv haystack
   near_distance: int = 64  # a needle within this many tokens of its query counts as near
+  # Lookup prompts (task "lookup"): num_pairs records of 1-token keys and values from the kv
+  # symbols, then this many demonstrations and the target key.
+  lookup_demos: int = 8
+  lookup_padding: str = "mixed"  # prefix | in_sequence | mixed (drawn per row)
   # Code corpus.
   code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
@@ -49,4 +55,6 @@ class DataConfig:
     require(self.code_needles >= 0, "data.code_needles", "must be >= 0")
     require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
     require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
+    one_of(self.lookup_padding, ("prefix", "in_sequence", "mixed"), "data.lookup_padding")
+    require(self.lookup_demos >= 0, "data.lookup_demos", "must be >= 0")
     require(self.read_threads >= 0, "data.read_threads", "must be >= 0")

@@ -13,7 +13,8 @@ with T = data.seq_len:
 
 Determinism: global row r of a step is a pure function of (seed, split, step, r), drawn from
 ``row_rng``, so any number of processes sees the same global batch and a resumed run sees the
-same data. Task modules: ``kv`` (synthetic retrieval and the sweep's layout tools) and ``code``
+same data. Task modules: ``kv`` (synthetic retrieval and the sweep's layout tools), ``lookup_rows``
+(the paper's lookup prompts as training rows) and ``code``
 (the interpreter's own standard library, byte level, with optional planted needles).
 
 Task ``corpus`` (``corpus.py``, ``feed.py``) reads ingested shards through a Grain pipeline
@@ -31,14 +32,14 @@ import numpy as np
 
 from chunkformer.config_sections.data import DataConfig
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.data import builtin, code, code_needles, kv
+from chunkformer.data import builtin, code, code_needles, kv, lookup_rows
 
 SPLITS = ("train", "heldout")
 
 
 def vocab_size_needed(config: DataConfig) -> int:
   """Smallest model.vocab_size that covers every token id the task can emit."""
-  if config.task == "kv":
+  if config.task in ("kv", "lookup"):
     return kv.vocab_size(config)
   if config.task == "corpus":
     return _corpus_vocab_size(config.path, config.tokenizer)
@@ -80,12 +81,14 @@ def check_config(config: DataConfig) -> None:
           f"config field 'data.seq_len': {config.seq_len} tokens cannot hold {config.num_pairs} "
           f"needles of {kv.needle_len(config)} tokens, one filler between each, and "
           f"{config.num_queries} queries; need >= {need}")
+  elif config.task == "lookup":
+    lookup_rows.check(config)
   elif config.task == "corpus":
     if not config.path:
       raise ConfigError("config field 'data.path': task 'corpus' needs an ingested directory "
                         "or 'builtin:stdlib'")
     _corpus_vocab_size(config.path, config.tokenizer)
-  if config.task != "kv" and config.code_needles:
+  if config.task not in ("kv", "lookup") and config.code_needles:
     need = code_needles.min_seq_len(config)
     if config.seq_len < need:
       raise ConfigError(
@@ -109,6 +112,8 @@ def make_row(config: DataConfig, *, seed: int, step: int, split: str,
   rng = row_rng(seed, split, step, row)
   if config.task == "kv":
     return kv.make_row(rng, config)
+  if config.task == "lookup":
+    return lookup_rows.make_row(rng, config)
   if config.code_needles:
     return code_needles.make_row(rng, config, split)
   return code.make_row(rng, config, split)

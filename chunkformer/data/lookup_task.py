@@ -142,30 +142,37 @@ def generate(spec: LookupSpec, seed: int) -> Prompts:
   positions_MxN = matched_positions.matched_positions(
       spec.modulus, spec.prompts_per_residue, spec.start, spec.start + f + 2 * r_count - 2)
   targets = positions_MxN.reshape(-1)
-  keys, values = np.asarray(spec.keys), np.asarray(spec.values)
   n = targets.size
   tokens = np.full((n, t), spec.filler, np.int32)
   if spec.bos is not None:
     tokens[:, 0] = spec.bos
   answers = np.empty((n, 1), np.int32)
   record_positions = np.empty((n, r_count), np.int64)
-  demo_start = spec.region_end + 1
   for p, t_k in enumerate(targets):
-    j_lo = max(0, -(-(int(t_k) - spec.start - f) // 2))
-    j_hi = min(r_count - 1, (int(t_k) - spec.start) // 2)
-    j = int(rng.integers(j_lo, j_hi + 1))
-    at = _record_offsets(rng, spec, int(t_k), j)
-    k = rng.choice(keys, r_count, replace=False)
-    v = rng.choice(values, r_count)
-    tokens[p, at], tokens[p, at + 1] = k, v
-    demos = rng.choice(np.delete(np.arange(r_count), j), spec.num_demos, replace=False)
-    tokens[p, demo_start:demo_start + 2 * spec.num_demos:2] = k[demos]
-    tokens[p, demo_start + 1:demo_start + 2 * spec.num_demos:2] = v[demos]
-    tokens[p, t - 1] = k[j]
-    answers[p, 0] = v[j]
-    record_positions[p] = at
+    answers[p, 0], record_positions[p] = place(rng, spec, int(t_k), tokens[p])
   return Prompts(tokens, (t - 1,), answers, targets.astype(np.int64),
                  targets % spec.modulus, spec.modulus, record_positions)
+
+
+def place(rng: np.random.Generator, spec: LookupSpec, t_k: int,
+          row: np.ndarray) -> tuple[int, np.ndarray]:
+  """Writes one prompt's records, demonstrations and target key into ``row`` (T tokens, filler
+  and BOS already in place) with the target key at ``t_k``; returns the answer and the R record
+  key positions. The target's record index j is drawn among those ``t_k`` allows."""
+  r_count, f = spec.num_records, spec.free_filler
+  j_lo = max(0, -(-(t_k - spec.start - f) // 2))
+  j_hi = min(r_count - 1, (t_k - spec.start) // 2)
+  j = int(rng.integers(j_lo, j_hi + 1))
+  at = _record_offsets(rng, spec, t_k, j)
+  k = rng.choice(np.asarray(spec.keys), r_count, replace=False)
+  v = rng.choice(np.asarray(spec.values), r_count)
+  row[at], row[at + 1] = k, v
+  demos = rng.choice(np.delete(np.arange(r_count), j), spec.num_demos, replace=False)
+  demo_start = spec.region_end + 1
+  row[demo_start:demo_start + 2 * spec.num_demos:2] = k[demos]
+  row[demo_start + 1:demo_start + 2 * spec.num_demos:2] = v[demos]
+  row[spec.seq_len - 1] = k[j]
+  return int(v[j]), at
 
 
 def phase_locking(target_positions: np.ndarray, other_positions: np.ndarray,
@@ -201,7 +208,7 @@ def default_tokens(data) -> dict[str, object]:
   """keys, values, filler, bos in a model's own task vocabulary (``data``: its DataConfig):
   the kv task's symbols split into keys and values, or letters and digits of the byte-level
   code task. Other tasks have none: the caller gives them."""
-  if data.task == "kv":
+  if data.task in ("kv", "lookup"):  # lookup rows use the kv vocabulary (data/lookup_rows.py)
     from chunkformer.data import kv
 
     base, half = kv.symbol_base(data), data.num_symbols // 2

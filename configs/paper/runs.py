@@ -9,12 +9,15 @@ setting. The compressed default: windows of W tokens every S tokens (``chunk_siz
 of 16 exact tokens. Each ablation changes that default in the fields it names.
 
 Sizes (``SIZES``): ``paper`` (28 layers, width 1024, 16 query heads of dim 128, Qwen3-0.6B's
-vocabulary) and ``cpu`` (4 layers, width 128, 8 query heads of dim 16, byte vocabulary) that
-trains in minutes on two cores; ``tiny`` is the test size. Sizes change only ``SIZE_FIELDS``;
+vocabulary) and ``cpu`` (4 layers, width 128, 8 query heads of dim 16) that trains in minutes
+on two cores; ``tiny`` is the test size. Sizes change only ``SIZE_FIELDS``;
 RoPE on a fraction of the head (16 of 128 channels) keeps that fraction at every size.
-The data is the offline byte-level ``code`` task at every size; point ``data`` at a corpus
-(``--config.data.task=corpus --config.data.path=DIR``) for a real pretraining run, and vary
-``seed`` for the replicated W8/S8 run.
+Data: size ``paper`` and ``tiny`` train on the offline byte-level ``code`` task (point ``data`` at a
+corpus, ``--config.data.task=corpus --config.data.path=DIR``, for a real pretraining run);
+size ``cpu`` trains on the lookup prompts themselves (task ``lookup``: 64 records of 1-token keys
+and values, 8 demonstrations, a target key; ``chunkformer/data/lookup_rows.py``), because a model
+of that size does not learn in-context lookup from a few hundred steps of text. Vary ``seed``
+for the replicated runs.
 """
 
 from configs import base
@@ -95,16 +98,17 @@ SIZES: dict[str, dict] = {
         "data.seq_len": 4096, "data.batch_size": 64, "train.steps": 20000,
         "train.learning_rate": 3e-4, "train.warmup_steps": 1000, "train.log_every": 20,
         "train.eval_every": 1000, "train.eval_batches": 4, "train.checkpoint_every": 1000,
-        "mesh.fsdp": -1,
+        "mesh.fsdp": -1, "data.task": "code",
     },
     "cpu": {
-        "model.vocab_size": 260, "model.num_layers": 4, "model.d_model": 128,
+        "model.vocab_size": 136, "model.num_layers": 4, "model.d_model": 128,
         "model.num_heads": 8, "model.head_dim": 16, "model.mlp_dim": 384,
         "model.dtype": "float32", "model.remat": "none", "model.scan_layers": False,
         "data.seq_len": 256, "data.batch_size": 8, "train.steps": 300,
         "train.learning_rate": 2e-3, "train.warmup_steps": 30, "train.log_every": 25,
         "train.eval_every": 100, "train.eval_batches": 2, "train.checkpoint_every": 100,
-        "mesh.fsdp": 1,
+        "mesh.fsdp": 1, "data.task": "lookup", "data.num_pairs": 64, "data.num_symbols": 128,
+        "data.lookup_demos": 8,
     },
     "tiny": {
         "model.vocab_size": 260, "model.num_layers": 1, "model.d_model": 32,
@@ -113,12 +117,12 @@ SIZES: dict[str, dict] = {
         "data.seq_len": 48, "data.batch_size": 2, "train.steps": 20,
         "train.learning_rate": 1e-2, "train.warmup_steps": 2, "train.log_every": 10,
         "train.eval_every": 20, "train.eval_batches": 1, "train.checkpoint_every": 20,
-        "mesh.fsdp": 1,
+        "mesh.fsdp": 1, "data.task": "code",
     },
 }
 
 # The fields sizes may change (and the RoPE channels, a fixed fraction of the head dim).
-SIZE_FIELDS = frozenset(SIZES["paper"]) | {"model.rope_dims"}
+SIZE_FIELDS = frozenset().union(*SIZES.values()) | {"model.rope_dims"}
 
 
 def _set(c, path: str, value) -> None:
@@ -139,7 +143,6 @@ def get_run_config(run: str, size: str = "cpu"):
   c.model.qk_norm = True
   c.model.rope_base = 1e6
   c.model.tie_embeddings = True
-  c.data.task = "code"
   c.train.weight_decay = 0.1
   for path, value in SIZES[size].items():
     _set(c, path, value)
