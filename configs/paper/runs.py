@@ -9,7 +9,7 @@ setting. The compressed default: windows of W tokens every S tokens (``chunk_siz
 of 16 exact tokens. Each ablation changes that default in the fields it names.
 
 Sizes (``SIZES``): ``paper`` (28 layers, width 1024, 16 query heads of dim 128, Qwen3-0.6B's
-vocabulary) and ``cpu`` (4 layers, width 128, 8 query heads of dim 16) that trains in minutes
+vocabulary) and ``cpu`` (2 layers, width 64, 8 query heads of dim 16) that trains in minutes
 on two cores; ``tiny`` is the test size. Sizes change only ``SIZE_FIELDS``;
 RoPE on a fraction of the head (16 of 128 channels) keeps that fraction at every size.
 Data: size ``paper`` and ``tiny`` train on the offline byte-level ``code`` task (point ``data`` at a
@@ -101,8 +101,8 @@ SIZES: dict[str, dict] = {
         "mesh.fsdp": -1, "data.task": "code",
     },
     "cpu": {
-        "model.vocab_size": 136, "model.num_layers": 4, "model.d_model": 128,
-        "model.num_heads": 8, "model.head_dim": 16, "model.mlp_dim": 384,
+        "model.vocab_size": 136, "model.num_layers": 2, "model.d_model": 64,
+        "model.num_heads": 8, "model.head_dim": 16, "model.mlp_dim": 256,
         "model.dtype": "float32", "model.remat": "none", "model.scan_layers": False,
         "data.seq_len": 256, "data.batch_size": 8, "train.steps": 300,
         "train.learning_rate": 2e-3, "train.warmup_steps": 30, "train.log_every": 25,
