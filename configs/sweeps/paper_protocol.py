@@ -4,6 +4,13 @@ gate cycling (W = S models) and KV-head knockouts, as probes of one sweep.
 
   python eval.py --config configs/sweeps/paper_protocol.py:w8s8_1kv,w12s12_1kv --workdir DIR
   python eval.py --config configs/sweeps/paper_protocol.py:runs/my_run --workdir DIR
+  python eval.py --config configs/sweeps/paper_protocol.py:cpu_study \
+      --workdir results/paper_protocol
+
+``cpu_study`` is the paper's table at CPU size under the analysis plan
+``results/paper_protocol/PLAN.md`` (units, seeds, budget, probe settings, claims C10-C16): every
+unit trains ``CPU_STEPS`` steps on the lookup task; add ``--shard=i/n`` to train and evaluate
+a share of the units (``eval.py --merge`` joins them).
 
 Each comma-separated name is a run of the paper's sweep (``configs/paper/<run>.py``, trained
 at its CPU size unless the workdir holds it finished already) or a finished run directory
@@ -17,7 +24,7 @@ variant's ``probes`` and in ``DIR/correct/<unit>.npz``.
 import os
 
 from configs.paper import runs
-from configs.sweeps import sweep_config, variant
+from configs.sweeps import seeded_units, sweep_config, variant
 
 PROBES = {
     "lookup": {"modulus": 24},
@@ -28,7 +35,44 @@ PROBES = {
 }
 
 
+# The CPU study (results/paper_protocol/PLAN.md, section 1): run -> seeds.
+CPU_UNITS = {
+    "full_1kv": 3, "w8s8_1kv": 3,
+    "full_4kv": 2, "w4s4_1kv": 2, "w8s4_1kv": 2, "w8s6_1kv": 2, "w12s12_1kv": 2,
+    "w8s8_1kv_nope": 2, "w8s8_1kv_uniform": 2,
+    "w8s8_4kv": 1, "w8s8_1kv_tied_kv": 1, "w8s8_1kv_vector": 1, "w8s8_1kv_no_gate_bias": 1,
+    "w8s8_1kv_no_qk_norm": 1, "w8s8_1kv_rope16": 1, "w8s8_1kv_tail": 1,
+    "w8s4_dsv4_kernel": 1, "w8s4_dsv4_kernel_scalar": 1,
+}
+# PLAN.md section 2: B = min(3000, 2 s*), s* the calibration's first step at >= 0.95 held-out
+# accuracy (results/paper_protocol/RUN.md, "Calibration").
+CPU_STEPS = None
+LOOKUP = {"num_records": 64, "num_demos": 8}  # the paper's R and D (PLAN.md section 3)
+CPU_PROBES = {
+    "lookup": {"modulus": 24, **LOOKUP},
+    "head_knockout": {"modulus": 8, **LOOKUP},
+    "gate_concentration": {"rows": 32},
+    "gate_cycling": {"deltas": (1, -1, 2, -2, 3, -3), **LOOKUP},
+    "long_needle": {"modulus": 8},
+}
+
+
+def cpu_study():
+  """The paper's table at CPU size (PLAN.md): 29 units, seed-major order."""
+  if CPU_STEPS is None:
+    raise ValueError("configs/sweeps/paper_protocol.py: CPU_STEPS is set from the calibration "
+                     "run (results/paper_protocol/PLAN.md, section 2); it is not set yet")
+  steps = {"train.steps": CPU_STEPS, "train.warmup_steps": round(CPU_STEPS / 30),
+           "train.eval_every": CPU_STEPS, "train.checkpoint_every": CPU_STEPS}
+  units = seeded_units({name: (variant(f"configs/paper/{name}.py", steps), n)
+                        for name, n in CPU_UNITS.items()})
+  return sweep_config(units, name="paper_protocol", eval_batch_size=32, reference_chunk_size=8,
+                      probes=dict(CPU_PROBES))
+
+
 def get_config(names: str = ""):
+  if names == "cpu_study":
+    return cpu_study()
   if not names:
     raise ValueError("name paper runs or run directories: "
                      "--config configs/sweeps/paper_protocol.py:RUN1,RUN2")

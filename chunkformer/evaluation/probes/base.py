@@ -71,7 +71,7 @@ class Figure:
 class Primary:
   """An analysis a probe offers as the unit's primary one (the first offered is taken)."""
 
-  probe: str  # the record's ``primary_probe``: "needle" or "prefix"
+  probe: str  # the record's ``primary_probe``: "needle", "prefix" or "lookup"
   analysis: Analysis
 
 

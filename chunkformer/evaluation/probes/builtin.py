@@ -138,7 +138,10 @@ def run_needle_sweep(context: ProbeContext, num_offsets: int = 0, num_haystacks:
 def run_prefix_probe(context: ProbeContext, prompts: int = 32, max_prefix: int = 0,
                      code_needles: int = 4) -> ProbeResult:
   """The ``prefix_probe`` entry (module docstring): ``prompts`` prompts padded by N = 0..
-  ``max_prefix`` tokens; ``code_needles`` needles per code prompt whose data has none."""
+  ``max_prefix`` tokens; ``code_needles`` needles per code prompt whose data has none.
+  Lookup models decline: their test is the ``lookup`` probe."""
+  if context.unit_config.data.task == "lookup":
+    return ProbeResult(fields={})
   sizes, unit = list(context.chunk_sizes), context.unit
   spec = prefix_spec(_in_play(context), context.seed, prompts, max_prefix, code_needles)
   rows = prefix_probe.build(context.unit_config.data, spec)
@@ -205,7 +208,7 @@ def run_slot_gain(context: ProbeContext, rows: int = 64) -> ProbeResult:
 def run_lm_phase_loss(context: ProbeContext, batches: int = 16) -> ProbeResult:
   """The ``lm_phase_loss`` entry (module docstring): ``batches`` held-out batches, phases read
   at the model's own M."""
-  if context.unit_config.data.task == "kv":
+  if context.unit_config.data.task in ("kv", "lookup"):  # retrieval rows: a few scored tokens
     return ProbeResult(fields={})
   period = context.chunk_sizes[0]
   measured = lm_phase_loss.measure(context.trained, batches, period)

@@ -24,7 +24,8 @@ import numpy as np
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import long_needle, lookup_task, matched_positions
-from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
+from chunkformer.evaluation import stats
+from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.stats import residue_accuracy
 
@@ -151,7 +152,51 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
                        validation_loss(context.trained.workdir), modes,
                        {"num_records": spec.num_records, "num_demos": spec.num_demos,
                         "seed": seed})
-  return ProbeResult(result.to_record(), matrices)
+  return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
+
+
+def residue_periods(modulus: int) -> tuple[int, ...]:
+  """Candidate periods on the circular residue axis mod ``modulus``: its divisors from 2 to
+  modulus / 2 (residues mod 24: 2, 3, 4, 6, 8, 12)."""
+  return tuple(p for p in range(2, modulus // 2 + 1) if modulus % p == 0)
+
+
+def _primary(context: ProbeContext, matrices: Mapping[str, correctness.Matrix]) -> Primary | None:
+  """The unit's primary analysis from prefix padding (the paper's main table)."""
+  if "prefix" not in matrices:
+    return None
+  return Primary("lookup", residue_analysis(matrices["prefix"].correct_YxJ, context.chunk_sizes,
+                                            **context.analyze_kw))
+
+
+def residue_analysis(correct_NxM: np.ndarray, chunk_sizes, **analyze_kw) -> stats.Analysis:
+  """``stats.analyze`` of a prompts x residues outcome matrix, with its tests at the prompt level.
+
+  Curves, intervals and the gap are those of the residues (columns). The tests are not: the
+  prompts of different residues are different prompts, so a prompt, not a column, is the
+  exchangeable unit, and shuffling 24 columns cannot reach p < 0.01 at period 12 (two weak
+  columns share a phase group by chance 1 time in 23). The phase tests and the period scan
+  (candidates: the divisors of the modulus, ``residue_periods``) therefore read the same
+  outcomes as one row of N x M prompts whose offsets are 24 i + r (prompt i of residue r): a
+  column permutation of that row is a permutation of the prompts' residue labels, and offset
+  mod P = r mod P for every P dividing M.
+  """
+  correct_NxM = np.asarray(correct_NxM, np.float64)
+  modulus = correct_NxM.shape[1]
+  periods = residue_periods(modulus)
+  by_residue = stats.analyze(correct_NxM, np.arange(modulus), chunk_sizes, periods=periods,
+                             **analyze_kw)
+  flat = correct_NxM.reshape(1, -1)
+  kw = dict(analyze_kw, num_resamples=1)  # one row: its bootstrap says nothing, skip it
+  by_prompt = stats.analyze(flat, np.arange(flat.shape[1]), chunk_sizes, periods=periods, **kw)
+  tests = tuple(dataclasses.replace(t, table=dataclasses.replace(r.table, p_value=t.p_value),
+                                    periodic_share=r.periodic_share)
+                for t, r in zip(by_prompt.by_chunk_size, by_residue.by_chunk_size, strict=True))
+  return dataclasses.replace(
+      by_residue, by_chunk_size=tests,
+      phase=dataclasses.replace(by_residue.phase, p_value=tests[0].p_value),
+      detected_period=by_prompt.detected_period,
+      detection_p_value=by_prompt.detection_p_value, period_scan=by_prompt.period_scan)
 
 
 def needle_probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: int = 0,

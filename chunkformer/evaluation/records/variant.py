@@ -52,6 +52,9 @@ def json_ready(value: Any) -> Any:
 
 # A variant record always carries these setup fields (a study's seeds are told apart by
 # them), read from its config.
+# The lookup probe's prefix-padding matrix (stored as "<probe>_<padding>"), a lookup model's
+# primary one.
+LOOKUP_PRIMARY_MATRIX = "lookup_prefix"
 IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 
@@ -198,7 +201,7 @@ class VariantRecord:
 
   setup: VariantSetup
   analysis: Analysis  # the primary probe's analysis
-  primary_probe: str  # "needle" (far depth) or "prefix"
+  primary_probe: str  # "needle" (far depth), "prefix" or "lookup" (prefix padding)
   trained_steps: int
   compression_ratio: float | None  # tokens per entry: 1 full, M fixed, measured for dynamic
   primary_depth: str | None = None  # needle models only, as the four below
@@ -248,7 +251,10 @@ class VariantRecord:
 
   @property
   def primary_matrix_name(self) -> str | None:
-    """The stored correctness matrix behind ``analysis``: the prefix probe's or the far needles'."""
+    """The stored correctness matrix behind ``analysis``: the prefix probe's, the lookup test's
+    in prefix padding, or the far needles'."""
+    if self.primary_probe == "lookup":
+      return LOOKUP_PRIMARY_MATRIX
     return correctness.PREFIX if self.primary_probe == "prefix" else self.needle_matrix_name
 
   @property

@@ -98,7 +98,7 @@ def _phase_table(accuracy: PhaseAccuracy, p_value: float) -> PhaseTable:
 def analyze(correct_YxJ, offsets_J, chunk_sizes: int | Sequence[int], phases=None, seed: int = 0,
             *, num_resamples: int = 2000, num_permutations: int = 2000,
             confidence: float = 0.95, alpha: float = 0.05,
-            tolerance: float = 0.1) -> Analysis:
+            tolerance: float = 0.1, periods: Sequence[int] | None = None) -> Analysis:
   """Every sweep statistic of one correctness matrix, as a typed ``analysis.Analysis``.
 
   Args:
@@ -109,6 +109,8 @@ def analyze(correct_YxJ, offsets_J, chunk_sizes: int | Sequence[int], phases=Non
       phase table (dynamic chunking: phase inside the chunk the needle landed in).
     seed: seeds the bootstrap and permutation streams (independent of each other).
     alpha, tolerance: the period detection rule (``detect_period``).
+    periods: the candidate periods of the scan; None: 2 .. J // 3 (``candidate_periods``).
+      A circular axis such as residues mod 24 takes the divisors of its modulus instead.
   Returns:
     ``Analysis``: ``accuracy_by_offset`` and ``mean_accuracy`` with bootstrap intervals,
     ``offset_gap`` (descriptive), ``phase`` (the primary grouping: ``offset mod M`` or the
@@ -144,7 +146,8 @@ def analyze(correct_YxJ, offsets_J, chunk_sizes: int | Sequence[int], phases=Non
                            phase_permutation_test(correct_YxJ, phases, **perm))
     source = "caller"
 
-  scan = period_scan(correct_YxJ, offsets_J, num_permutations=num_permutations, seed=seed)
+  scan = period_scan(correct_YxJ, offsets_J, periods, num_permutations=num_permutations,
+                     seed=seed)
   detected = detect_period(scan, alpha=alpha, tolerance=tolerance)
   if detected is not None:
     detection_p = float(scan.adjusted_p_values[scan.periods == detected][0])

@@ -316,6 +316,13 @@ def _check_probes(sweep: Sweep) -> None:
                       f"({max(sweep.chunk_sizes)}); need >= {3 * max(sweep.chunk_sizes)}")
   for variant in sweep.variants:
     kv = variant.config.data.task == "kv"
+    if variant.config.data.task == "lookup":
+      if not sweep.runs("lookup") or "prefix" not in sweep.settings.probes["lookup"].get(
+          "paddings", ("prefix",)):
+        raise ConfigError(
+            f"sweep variant {variant.name!r}: a lookup model's primary analysis is the lookup "
+            "test in prefix padding; enable sweep.probes.lookup with 'prefix' in its paddings")
+      continue
     if not (sweep.runs("prefix_probe") or (kv and sweep.runs("needle_sweep"))):
       raise ConfigError(
           f"sweep variant {variant.name!r}: its primary analysis needs "
