@@ -70,6 +70,8 @@ def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep)
   assert results.verdicts and results.variants
   found = _evidence(sweep)
   lines = judgments.verdict_lines(found.judgments, found.pooled_judgments)
+  # then the lines the paper protocol's claims (C10-C16) carry, where the sweep has their data
+  lines += [line for c in registry.decide_on(found) for line in c.numbers.get("lines", ())]
   assert tuple(lines) == results.verdicts
   with open(os.path.join(RESULTS, sweep, "report.md")) as f:
     assert report.comparison_table(results.variants) in f.read()

@@ -174,7 +174,11 @@ def c14(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
   agree = (sum(r["fails"] if verdict == NOT_REPRODUCED else r["holds"] for r in seeds
                if verdict == INCONCLUSIVE or r["verdict"] == verdict))
   counted = sum(r["seeds"] for r in seeds if verdict == INCONCLUSIVE or r["verdict"] == verdict)
-  reason = " | ".join(notes) + pr.flag(units, flags)
+  test = (f"test: a head is specialised when its top phase loses >= {pct(SPECIALISED_EFFECT)} "
+          f"points more than its median phase with Holm p < {SPECIALISED_ALPHA} (Bonferroni "
+          "over the S phases; Holm over the heads of each half of the claim); "
+          f"{pr.MIN_SEEDS} seeds per row")
+  reason = test + " | " + " | ".join(notes) + pr.flag(units, flags)
   return Claim("C14", STATEMENTS["C14"], verdict, reason,
                dict(numbers, units=units, lines=lines), f"{agree}/{counted}")
 
@@ -244,8 +248,11 @@ def c15(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                                            pooled_p.get(variant), "p_value_holm": q,
                                            "holm_family": len(adjusted)}
     rules[variant] = pr.seed_rule(holds, pooled_holds if len(units) > 1 else holds[0])
+  test = (f"test: one-sided binomial p < {ALIGNED_ALPHA} of the aligned gates (chance 1/S), "
+          f"the seed-pooled p Holm-adjusted over the claim's {len(adjusted)} rows; "
+          f"{pr.MIN_SEEDS} seeds per row")
   return pr.over_rows("C15", STATEMENTS["C15"], rules, lines=lines, numbers=numbers,
-                      units=units_used, flags=flags)
+                      units=units_used, flags=flags, test=test)
 
 
 def cycling_holds(accuracy: Mapping[int, Sequence[float]], stride: int
@@ -311,4 +318,6 @@ def c16(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                           units))
     rules[variant] = pr.seed_rule(holds, pooled_holds if len(units) > 1 else holds[0])
   return pr.over_rows("C16", STATEMENTS["C16"], rules, lines=lines, numbers=numbers,
-                      units=units_used, flags=flags)
+                      units=units_used, flags=flags,
+                      test=f"test: {need} (thresholds, no p-value to correct); {pr.MIN_SEEDS} "
+                           "seeds per row")

@@ -158,8 +158,11 @@ def c10(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
   requirement = "; ".join(x for x in (
       f"no REPRODUCED row at stride(s) {', '.join(map(str, missing))}" if missing else "",
       "no REPRODUCED overlapping row (W > S)" if not overlapping else "") if x)
+  test = (f"test: detected period = S and phase-effect p < {pr.PERIOD_ALPHA} (prefix padding), "
+          f"the seed-pooled p Holm-adjusted over the claim's {len(found)} rows; "
+          f"{pr.MIN_SEEDS} seeds per row")
   return pr.over_rows("C10", STATEMENTS["C10"], rules, lines=lines, numbers=numbers,
-                      units=units, flags=flags, requirement=requirement)
+                      units=units, flags=flags, requirement=requirement, test=test)
 
 
 def c12(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: int = 2000,
@@ -177,8 +180,10 @@ def c12(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
            if r.verdict == REPRODUCED}
   missing = [k for k in ("RoPE off", "uniform averaging") if k not in kinds]
   requirement = f"no REPRODUCED row with {' or '.join(missing)}" if missing else ""
+  test = (f"test: phase-effect p < {pr.PERIOD_ALPHA} at S (prefix padding), the seed-pooled p "
+          f"Holm-adjusted over the claim's {len(found)} rows; {pr.MIN_SEEDS} seeds per row")
   return pr.over_rows("C12", STATEMENTS["C12"], rules, lines=lines, numbers=numbers,
-                      units=units, flags=flags, requirement=requirement)
+                      units=units, flags=flags, requirement=requirement, test=test)
 
 
 def _flat(table: ResidueAccuracy) -> float:
@@ -249,8 +254,12 @@ def c11(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
                      f"({_name(units, True)}; p Holm-adjusted over the claim's {family} "
                      f"tests): {text}{pr.flag([u.name for u in units], flags)}")
     rules[variant] = pr.seed_rule(holds, pooled_holds if len(units) > 1 else holds[0])
+  test = (f"test: in both paddings low(best) - high(worst) <= {pct(pr.FLAT_BOUND)} points and "
+          f"no period (p > {pr.NULL_ALPHA} at S={pr.REFERENCE_STRIDE}, none detected), the "
+          f"seed-pooled p Holm-adjusted over the claim's {family} tests; {pr.MIN_SEEDS} seeds "
+          "per row")
   return pr.over_rows("C11", STATEMENTS["C11"], rules, lines=lines, numbers=numbers,
-                      units=units_used, flags=flags)
+                      units=units_used, flags=flags, test=test)
 
 
 def reference_full(records: Sequence[VariantRecord]) -> list[VariantRecord] | None:
@@ -324,7 +333,9 @@ def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
     verdict, note = INCONCLUSIVE, f"no row reproduces it; {len(rules) - len(decided)} of " \
                                   f"{len(rules)} rows undecided"
   summary = "; ".join(pr.row_summary(v, r) for v, r in sorted(rules.items()))
-  reason = f"{note}; reference {ref_name}; {summary}" + pr.flag(units_used, flags)
+  reason = (f"{note}; test: {need} (prefix padding, Wilson margins, no p-value to correct); "
+            f"{pr.MIN_SEEDS} seeds per row; reference {ref_name}; {summary}"
+            + pr.flag(units_used, flags))
   numbers.update(reference=ref_name, units=units_used, lines=lines,
                  seed_rule={v: r.record() for v, r in sorted(rules.items())})
   return Claim("C13", STATEMENTS["C13"], verdict, reason, numbers, pr.agreeing(rules, verdict))

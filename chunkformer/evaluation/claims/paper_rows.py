@@ -178,7 +178,7 @@ def row_summary(variant: str, rule: SeedAgreement) -> str:
 
 def over_rows(claim_id: str, statement: str, rules: Mapping[str, SeedAgreement], *,
               lines: Sequence[str], numbers: Mapping[str, Any], units: Sequence[str],
-              flags: Mapping[str, str], requirement: str = "") -> Claim:
+              flags: Mapping[str, str], requirement: str = "", test: str = "") -> Claim:
   """One claim from its rows' seed rules: the common verdict of the deciding rows;
   ``requirement`` (a reason) turns a REPRODUCED into INCONCLUSIVE (coverage the claim
   needs). Stores the verdict lines and the units it rests on in ``numbers``."""
@@ -186,7 +186,7 @@ def over_rows(claim_id: str, statement: str, rules: Mapping[str, SeedAgreement],
   if verdict == REPRODUCED and requirement:
     verdict, note = INCONCLUSIVE, requirement
   summary = "; ".join(row_summary(v, r) for v, r in sorted(rules.items()))
-  reason = "; ".join(x for x in (note, summary) if x) + flag(units, flags)
+  reason = "; ".join(x for x in (note, test, summary) if x) + flag(units, flags)
   out = dict(numbers, seed_rule={v: r.record() for v, r in sorted(rules.items())},
              units=list(units), lines=list(lines))
   return Claim(claim_id, statement, verdict, reason, out, agreeing(rules, verdict))
