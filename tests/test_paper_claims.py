@@ -178,6 +178,12 @@ def test_concentrated_gates_line_up_with_their_heads_knockout_phase():
   assert mechanism_claims.c15(_seeds("w8s8", probes=off)).verdict == "NOT REPRODUCED"
   spread = {**_specialised_map(2), **_gates({(0, "k"): 2}, static=6.0)}  # not concentrated
   assert mechanism_claims.c15(_seeds("w8s8", probes=spread)).verdict == "INCONCLUSIVE"
+  # One aligned gate per seed: p = 1/8 could never pass, so each seed is undecided; pooled
+  # over 3 seeds (p = 1/512) it holds, but the rule needs two seeds.
+  one = mechanism_claims.c15(_seeds("w8s8", 3, probes={**_specialised_map(2),
+                                                       **_gates({(0, "k"): 2})}))
+  assert one.numbers["w8s8_seed0"]["holds"] is None and one.verdict == "INCONCLUSIVE"
+  assert one.numbers["w8s8 (seeds pooled)"]["holds"] is True
 
 
 def _cycling(base: np.ndarray, deltas=(1, -1, 2, -2), boundary_moves: bool = False) -> dict:

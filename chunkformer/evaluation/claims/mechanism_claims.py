@@ -209,6 +209,11 @@ def alignment(unit: VariantRecord) -> tuple[int, int, list[str]]:
   return n, m, notes
 
 
+def _can_pass(n: int, stride: int) -> bool:
+  """Whether n gates could pass at all: all of them lining up gives p = (1/S)^n."""
+  return n > 0 and stride ** -n < ALIGNED_ALPHA
+
+
 def _binomial(n: int, m: int, stride: int) -> float:
   return float(scipy_stats.binom.sf(m - 1, n, 1.0 / stride))
 
@@ -234,7 +239,7 @@ def c15(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
     for unit, (n, m, notes) in zip(units, counts[variant], strict=True):
       units_used.append(unit.name)
       p = _binomial(n, m, stride) if n else None
-      h = None if p is None else p < ALIGNED_ALPHA
+      h = None if p is None or not _can_pass(n, stride) else p < ALIGNED_ALPHA
       holds.append(h)
       numbers[unit.name] = {"holds": h, "concentrated": n, "aligned": m, "p_value": p}
       lines.append(f"{pr.head(h)}: C15 gates line up with knockouts ({unit.name}, S={stride}): "
@@ -243,7 +248,8 @@ def c15(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                    + f" ({need}){'; ' if notes else ''}{'; '.join(notes)}"
                    f"{pr.flag([unit.name], flags)}")
     q = adjusted.get(variant)
-    pooled_holds = None if q is None else q < ALIGNED_ALPHA
+    gates = sum(n for n, _, _ in counts[variant])
+    pooled_holds = None if q is None or not _can_pass(gates, stride) else q < ALIGNED_ALPHA
     numbers[f"{variant} ({pr.POOLED})"] = {"holds": pooled_holds, "p_value":
                                            pooled_p.get(variant), "p_value_holm": q,
                                            "holm_family": len(adjusted)}
@@ -292,9 +298,9 @@ def c16(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
     r2 = nums["r_squared"]
     worst = max(nums["boundary_margin"].values())
     return (f"{pr.head(h)}: C16 cycling ({name}, S={stride}): R^2 "
-            f"{'-' if r2 is None else f'{r2:.3f}'} without the boundary phase, boundary phase "
-            f"at most {pct(worst)} points above the weakest other phase over the cycles "
-            f"({need}){pr.flag([u.name for u in units], flags)}")
+            f"{'-' if r2 is None else f'{r2:.3f}'} without the boundary phase; the boundary "
+            f"phase's accuracy minus the weakest other phase's, largest over the cycles: "
+            f"{pct(worst)} points ({need}){pr.flag([u.name for u in units], flags)}")
 
   for variant, units in found.items():
     stride = units[0].chunk_size
