@@ -52,10 +52,10 @@ TOY_PROBE.probe = _first_token_probe
 
 
 def _toy_claim(evidence: claim_registry.Evidence) -> Claim:
-  """C10 (toy): every unit's toy probe ran on the rows it was asked for."""
+  """C17 (toy): every unit's toy probe ran on the rows it was asked for."""
   found = {r.name: (r.probes or {}).get("first_token") for r in evidence.records}
   holds = all(v is not None and v["rows"] == 3 for v in found.values())
-  return Claim("C10", "the toy probe ran on every unit", REPRODUCED if holds else NOT_REPRODUCED,
+  return Claim("C17", "the toy probe ran on every unit", REPRODUCED if holds else NOT_REPRODUCED,
                f"{len(found)} unit(s) checked", {"units": sorted(found)}, f"{len(found)}/1")
 
 
@@ -63,7 +63,7 @@ def _toy_claim(evidence: claim_registry.Evidence) -> Claim:
 def registered(monkeypatch):
   # The documented way: one line in each registry.
   monkeypatch.setitem(probe_registry.PROBES, "first_token", TOY_PROBE.probe)
-  monkeypatch.setitem(claim_registry.CLAIMS, "C10", _toy_claim)
+  monkeypatch.setitem(claim_registry.CLAIMS, "C17", _toy_claim)
 
 
 def _spy(name: str, calls: list):
@@ -106,8 +106,8 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert matrices["first_token_first"].correct_YxJ.shape == (3, 1)
   assert matrices["first_token_first"].correct_YxJ.mean() == record["first_token_accuracy"]
   claims = {c["id"]: c for c in stored["claims"]}
-  assert list(claims)[-1] == "C10" and claims["C10"]["verdict"] == REPRODUCED
-  assert claims["C10"]["numbers"] == {"units": ["smoke"]}
+  assert list(claims)[-1] == "C17" and claims["C17"]["verdict"] == REPRODUCED
+  assert claims["C17"]["numbers"] == {"units": ["smoke"]}
   with open(outcome.report_path) as f:
     report = f.read()
   assert "## Probes enabled by the sweep config" in report
@@ -116,11 +116,11 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert entry["primary_probe"] == "needle" and entry["slot_gain"] is None
   assert "prefix_probe" not in entry and "slot_gain_init" not in entry
   assert f"| smoke | first_token | `{json.dumps(record, sort_keys=True)}` |" in report
-  assert "| C10 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
+  assert "| C17 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
   # The typed results read it back (schema 3), and a rejudge keeps it.
   assert results_file.load(outcome.results_path).variants[0].probes["first_token"] == record
   again = sweep.rejudge(config, str(tmp_path), command="rejudge")
-  assert [c.id for c in again.claims][-1] == "C10"
+  assert [c.id for c in again.claims][-1] == "C17"
 
 
 @pytest.mark.parametrize("probes, match", [
@@ -139,7 +139,7 @@ def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_pat
 
 
 def test_the_registries_hold_the_projects_own_entries():
-  assert list(claim_registry.CLAIMS) == [f"C{i}" for i in range(1, 10)]
+  assert list(claim_registry.CLAIMS) == [f"C{i}" for i in range(1, 17)]
   assert "key_overlap" in probe_registry.PROBES
 
 

@@ -13,7 +13,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkformer.evaluation.claims import judgments, loss_signatures, pooling, registry, summaries
+from chunkformer.evaluation.claims import (
+    loss_signatures,
+    plan_check,
+    pooling,
+    registry,
+    summaries,
+)
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.loss_rows import RowsLoader
@@ -43,14 +49,19 @@ class Judged:
 
 def judge(records: Sequence[VariantRecord], matrices: correctness.Loader | None, *,
           loss_rows: RowsLoader | None = None, seed: int = 0, num_resamples: int = 2000,
-          num_permutations: int = 2000) -> Judged:
+          num_permutations: int = 2000, plan: Mapping[str, Any] | None = None) -> Judged:
   """Judges a sweep's records (module docstring); ``matrices`` reads a unit's correctness
-  matrices (``correctness.loader``), ``loss_rows`` its loss rows (``loss_rows.loader``)."""
+  matrices (``correctness.loader``), ``loss_rows`` its loss rows (``loss_rows.loader``);
+  ``plan``: the sweep's plan file as it is now (``provenance.file_state``), against which
+  every unit's verdict lines are flagged (``plan_check``)."""
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   pooled = pooling.pooled_records(records, matrices, **resampling)
-  found = registry.evidence(records, matrices, pooled=pooled, **resampling)
-  lines = judgments.verdict_lines(found.judgments, found.pooled_judgments)  # judged once
-  claims = registry.decide_on(found)
+  flags = plan_check.flags(records, plan)
+  found = registry.evidence(records, matrices, pooled=pooled, plan_flags=flags, **resampling)
+  # judged once: the lines of C1-C9, then those C10-C16 carry
+  lines = plan_check.flag_lines(found.judgments, found.pooled_judgments, records, flags)
+  claims = plan_check.flag_claims(registry.decide_on(found), found.judgments, records, flags)
+  lines += [line for c in claims for line in c.numbers.get("lines", ())]
   code = loss_signatures.code_accuracies(records)
   signatures = None
   if loss_rows is not None and code:

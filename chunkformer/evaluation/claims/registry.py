@@ -2,7 +2,9 @@
 
 A claim function returns one ``records.claim.Claim`` (its verdict one of the seed rule's
 words, its reason and the numbers it rests on); the registry's order is the order of
-results.json's ``claims`` and of the report's claim table. C1-C4 and C7-C9 are decided per
+results.json's ``claims`` and of the report's claim table. C10-C16 (the paper's protocol:
+``paper_claims``, ``mechanism_claims``) are judged from the probes' records by their own rules
+and carry their verdict lines in ``numbers["lines"]``. C1-C4 and C7-C9 are decided per
 trained model by ``judgments`` and over seeds by the seed rule (``combine.from_judgments``);
 C5 and C6 by their tests on the stored data (``step_size``, ``slot_preference``) where the
 data allow, else from the judgments as well.
@@ -20,7 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from chunkformer.evaluation.claims import (
     combine,
     judgments,
+    mechanism_claims,
     multiplicity,
+    paper_claims,
     pooling,
     slot_preference,
     step_size,
@@ -45,6 +49,8 @@ class Evidence:
   seed: int = 0
   num_resamples: int = 2000
   num_permutations: int = 2000
+  # unit -> why its verdicts are flagged: trained under another plan or none (``plan_check``)
+  plan_flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 ClaimFunction = Callable[[Evidence], Claim]
@@ -92,6 +98,12 @@ def _slot_preference(e: Evidence) -> Claim:
           or slot_preference.slot_gain_claim(e.records))
 
 
+def _paper(function) -> ClaimFunction:
+  """A claim of the paper's protocol (C10-C16), judged from the probes' records."""
+  return lambda e: function(e.records, seed=e.seed, num_permutations=e.num_permutations,
+                            flags=e.plan_flags)
+
+
 CLAIMS: dict[str, ClaimFunction] = {
     "C1": _from_judgments("C1"),  # fixed chunks of step M: period exactly M
     "C2": _from_judgments("C2"),  # full attention: no period
@@ -102,12 +114,20 @@ CLAIMS: dict[str, ClaimFunction] = {
     "C7": _from_judgments("C7"),  # the code models' prefix probe shows the period
     "C8": _cure("C8"),  # dynamic chunks remove the blind spot
     "C9": _cure("C9"),  # a key token shift removes it
+    "C10": _paper(paper_claims.c10),  # lookup period = S for S in 4, 6, 8, 12
+    "C11": _paper(paper_claims.c11),  # full attention flat on the lookup test
+    "C12": _paper(paper_claims.c12),  # no RoPE and uniform averaging stay periodic
+    "C13": _paper(paper_claims.c13),  # mean accuracy hides the effect
+    "C14": _paper(mechanism_claims.c14),  # knockouts: phase-specialised heads, not in full
+    "C15": _paper(mechanism_claims.c15),  # concentrated gates line up with knockout phases
+    "C16": _paper(mechanism_claims.c16),  # cycling moves the weak phases, boundary stays
 }
 
 
 def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | None, *,
              pooled: Mapping[str, VariantRecord] | None = None, seed: int = 0,
-             num_resamples: int = 2000, num_permutations: int = 2000) -> Evidence:
+             num_resamples: int = 2000, num_permutations: int = 2000,
+             plan_flags: Mapping[str, str] | None = None) -> Evidence:
   """The evidence of a sweep; ``pooled`` computed from ``matrices`` when not given."""
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   if pooled is None:
@@ -117,7 +137,8 @@ def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | No
   pooled_judgments = (tuple(judgments.judge(list(pooled.values()), adjusted)) if pooled
                       else None)
   return Evidence(tuple(records), pooled, tuple(judgments.judge(records, adjusted)),
-                  pooled_judgments, matrices, adjusted, **resampling)
+                  pooled_judgments, matrices, adjusted, **resampling,
+                  plan_flags=dict(plan_flags or {}))
 
 
 def decide(records: Sequence[VariantRecord], matrices: correctness.Loader | None = None,

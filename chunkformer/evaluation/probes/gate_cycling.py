@@ -33,6 +33,7 @@ from chunkformer.evaluation.probes import lookup as lookup_probe
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.stats import cycling
 
 GATE_PARAMS = ("wgate", "ape")  # Z_i (its kernel) and b_i: channel group i serves offset i
 COMPRESSORS = ("compressor", "key_compressor", "value_compressor")
@@ -83,15 +84,6 @@ def cycle_gates(params: Any, delta: int, window: int) -> Any:
   return jax.tree_util.tree_map_with_path(visit, nn.meta.unbox(params))
 
 
-def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float | None:
-  """1 - SS_res / SS_tot of observed values against predictions (None without variation)."""
-  observed, predicted = np.asarray(observed, np.float64), np.asarray(predicted, np.float64)
-  total = np.sum((observed - observed.mean()) ** 2)
-  if total == 0:
-    return None
-  return float(1.0 - np.sum((observed - predicted) ** 2) / total)
-
-
 @dataclasses.dataclass(frozen=True)
 class Cycling:
   stride: int
@@ -109,21 +101,10 @@ class Cycling:
 
 def analyse(accuracy: dict[int, np.ndarray], stride: int) -> Cycling:
   """The statistics of accuracy by phase per delta (``accuracy[0]``: as trained)."""
-  base = np.asarray(accuracy[0], np.float64)
   boundary = stride - 1
-  observed, predicted = [], []
-  for delta, acc in accuracy.items():
-    if delta == 0:
-      continue
-    for r in range(stride):
-      source = (r - delta) % stride
-      if boundary in (r, source):
-        continue
-      observed.append(acc[r] - base[r])
-      predicted.append(base[source] - base[r])
   return Cycling(stride, tuple(d for d in accuracy if d), {
       d: [float(x) for x in a] for d, a in accuracy.items()},
-      r_squared(observed, predicted) if observed else None,
+      cycling.cycle_r_squared(accuracy, stride),
       {d: float(a[boundary]) for d, a in accuracy.items()})
 
 

@@ -191,7 +191,7 @@ _OWN_KEYS = frozenset({
     "depths", "all_depths", "chunk_phase", "near_accuracy", "prefix_probe", "far_accuracy",
     "slot_gain", "heldout_compression_ratio", "compression_ratio", "heldout", "images",
     "eval_wall_s", "train_wall_s", "analysis_seed", "lm_phase_loss", "split_labels",
-    "slot_gain_init", "probes"}) | {
+    "slot_gain_init", "probes", "plan"}) | {
         f.name for f in dataclasses.fields(VariantSetup)}
 
 
@@ -227,6 +227,9 @@ class VariantRecord:
   slot_gain_init: tuple[SlotGainSite, ...] | None = None
   # The registry probes the sweep enabled (``sweep.probes``): probe name -> its JSON record.
   probes: Mapping[str, Any] | None = None
+  # The pre-registered plan states the unit trained under (``provenance.file_state`` each,
+  # appended when its training started or resumed); None: the sweep recorded no plan.
+  plan: tuple[Mapping[str, Any], ...] | None = None
 
   @property
   def name(self) -> str:
@@ -306,6 +309,8 @@ class VariantRecord:
       out["slot_gain_init"] = {"sites": [s.to_json() for s in self.slot_gain_init]}
     if self.probes:
       out["probes"] = json.loads(json.dumps(self.probes))
+    if self.plan is not None:
+      out["plan"] = [dict(s) for s in self.plan]
     return out
 
   @classmethod
@@ -344,4 +349,5 @@ class VariantRecord:
                       else json.loads(json.dumps(data["split_labels"]))),
         slot_gain_init=(None if not data.get("slot_gain_init") else tuple(
             SlotGainSite.from_json(s) for s in data["slot_gain_init"]["sites"])),
-        probes=dict(data["probes"]) if data.get("probes") else None)
+        probes=dict(data["probes"]) if data.get("probes") else None,
+        plan=None if data.get("plan") is None else tuple(dict(s) for s in data["plan"]))

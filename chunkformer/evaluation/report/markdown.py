@@ -131,7 +131,7 @@ def _relative(path: str, directory: str) -> str:
 def render_report(records: Sequence[VariantRecord], *, title: str,
                   verdicts: Sequence[str] = (), intro: str = "",
                   images: Mapping[str, str] | None = None, directory: str = ".",
-                  claims: Sequence[Claim] = ()) -> str:
+                  claims: Sequence[Claim] = (), summary: Sequence[str] = ()) -> str:
   """The report as markdown text; image paths are made relative to ``directory``.
 
   Args:
@@ -141,12 +141,16 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     intro: free text under the title (setup, commands).
     images: caption -> path of figures about the whole sweep (e.g. the comparison plot).
     claims: the claim table (``claims.judge``), the summary's first part.
+    summary: markdown lines the summary shows after the claims (the plan, the paper-style
+      table and its comparison lines, ``paper_table``).
   """
   # A summary a reader can stop after (the claims, the table, the main figure); the settings,
   # the verdict lines and the per-variant detail follow it.
   lines = [f"# {title}", "", "## Summary", ""]
   if claims:
     lines += [claims_table(claims), ""]
+  if summary:
+    lines += [*summary, ""]
   lines += [comparison_table(records), "",
             "M / target: chunk size M, or the target mean chunk length of a dynamic variant; "
             "ratio: achieved tokens per compressed entry; max gap: max-min accuracy over phases; "

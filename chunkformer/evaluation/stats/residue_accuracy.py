@@ -1,8 +1,8 @@
 """Accuracy by residue of the target position: the typed result of the position-matched tests.
 
-Per residue r = t_K mod M: accuracy A(r) with its two-sided 95% Wilson interval (scipy's
-``binomtest(...).proportion_ci(method="wilson")``, no continuity correction, as the paper
-reports); the mean over residues, the worst and best residue, gap = best - worst, and the
+Per residue r = t_K mod M: accuracy A(r) with its two-sided 95% Wilson interval (the closed
+form of scipy's ``binomtest(...).proportion_ci(method="wilson")``, no continuity correction, as
+the paper reports); the mean over residues, the worst and best residue, gap = best - worst, and the
 stride-repeat check mean_r |A(r) - A(r + S)| over r = 0 .. M - S - 1 (small when the pattern
 repeats with the stride S; None unless S divides M and S < M). Accuracies are fractions in
 [0, 1]; tables show percentage points.
@@ -21,12 +21,17 @@ CONFIDENCE = 0.95
 
 
 def wilson(correct: int, total: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-  """The Wilson score interval of ``correct`` successes in ``total`` trials."""
+  """The Wilson score interval of ``correct`` successes in ``total`` trials, in closed form
+  (what scipy's ``binomtest(...).proportion_ci(method="wilson")`` computes, without its
+  p-value: a sweep's seed-pooled tables take hundreds of intervals)."""
   if total <= 0:
     raise ValueError(f"a Wilson interval needs >= 1 trial, got {total}")
-  ci = scipy_stats.binomtest(int(correct), int(total)).proportion_ci(
-      confidence_level=confidence, method="wilson")
-  return float(ci.low), float(ci.high)
+  z = float(scipy_stats.norm.ppf(0.5 + confidence / 2))
+  p, n = correct / total, float(total)
+  denominator = 1 + z * z / n
+  centre = (p + z * z / (2 * n)) / denominator
+  half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+  return float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +86,18 @@ def summarize(correct_N: np.ndarray, residues_N: np.ndarray, modulus: int,
       tuple(float(a) for a in acc), tuple(lo for lo, _ in intervals),
       tuple(hi for _, hi in intervals), float(acc.mean()), float(acc[worst]), worst,
       float(acc[best]), best, float(acc[best] - acc[worst]), stride_repeat(acc, stride))
+
+
+def from_counts(correct_R, total_R, stride: int | None) -> ResidueAccuracy:
+  """The residue table of counts per residue (e.g. several seeds' counts summed)."""
+  k = np.asarray(correct_R, np.int64).ravel()
+  n = np.asarray(total_R, np.int64).ravel()
+  if k.shape != n.shape or np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
+    raise ValueError(f"counts per residue: correct {k.tolist()} of total {n.tolist()} must "
+                     "be 0 <= correct <= total, total >= 1")
+  residues = np.repeat(np.arange(k.size), n)
+  outcomes = np.concatenate([np.arange(t) < c for c, t in zip(k, n, strict=True)])
+  return summarize(outcomes, residues, int(k.size), stride)
 
 
 def by_residue(outcomes_N: np.ndarray, residues_N: np.ndarray, modulus: int) -> np.ndarray:

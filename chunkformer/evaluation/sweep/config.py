@@ -61,10 +61,18 @@ class SweepSettings:
   # ``sweep.probes.slot_gain = None`` drops one). Default: the built-ins every sweep runs.
   probes: Mapping[str, Mapping[str, Any]] = dataclasses.field(
       default_factory=probe_settings.defaults)
+  # The pre-registered analysis plan (a committed file; relative to the cwd or the
+  # repository): its sha256 and commit are recorded when a unit trains, and the judge flags
+  # units trained under another plan or none (docs/claims.md). "" = no plan.
+  plan: str = ""
 
   def to_json(self) -> dict[str, Any]:
-    """The settings as results.json stores them."""
-    return dataclasses.asdict(self)
+    """The settings as results.json stores them (without ``plan`` when there is none, as
+    sweeps before it wrote them)."""
+    out = dataclasses.asdict(self)
+    if not self.plan:
+      out.pop("plan")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +208,12 @@ def apply_overrides(base: ml_collections.ConfigDict, overrides: Mapping[str, Any
   return config
 
 
+def plan_path(plan: str) -> str | None:
+  """The plan file ``sweep.plan`` names (relative to the cwd, then the repository), or None."""
+  candidates = [plan] if os.path.isabs(plan) else [plan, os.path.join(REPO_ROOT, plan)]
+  return next((os.path.abspath(p) for p in candidates if os.path.isfile(p)), None)
+
+
 def settings_from(config: ml_collections.ConfigDict) -> SweepSettings:
   fields = {f.name: f for f in dataclasses.fields(SweepSettings)}
   values = probe_settings.from_legacy(_plain(config.sweep))
@@ -215,6 +229,9 @@ def settings_from(config: ml_collections.ConfigDict) -> SweepSettings:
       raise ConfigError(f"config field 'sweep.{key}': must be >= 1, got {getattr(settings, key)}")
   if settings.seed < 0:
     raise ConfigError(f"config field 'sweep.seed': must be >= 0, got {settings.seed}")
+  if settings.plan and plan_path(settings.plan) is None:
+    raise ConfigError(f"config field 'sweep.plan': no plan file {settings.plan!r} (looked in "
+                      f"{os.getcwd()} and {REPO_ROOT})")
   if settings.eval_batch_size % jax.device_count():
     raise ConfigError(f"config field 'sweep.eval_batch_size': {settings.eval_batch_size} rows do "
                       f"not split over the {jax.device_count()} devices")

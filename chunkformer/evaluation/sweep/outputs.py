@@ -20,13 +20,21 @@ from typing import Any
 
 import jax
 
+from chunkformer import provenance
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.claims import judging
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import claim_tables, loss_tables, markdown, plots, probe_tables
+from chunkformer.evaluation.report import (
+    claim_tables,
+    loss_tables,
+    markdown,
+    paper_table,
+    plots,
+    probe_tables,
+)
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.trainer import format_duration
@@ -89,14 +97,22 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
   plots_dir = os.path.join(workdir, PLOTS_DIR)
   # Judged from DIR alone: the records, the correctness matrices (seed-pooled tests, C5) and
   # the stored slot gains (C6) and loss rows.
+  plan = (provenance.file_state(sweep_config.plan_path(s.plan)) if s.plan and
+          sweep_config.plan_path(s.plan) else None)
   judged = judging.judge(records, correctness.loader(workdir),
                            loss_rows=loss_rows.loader(workdir), seed=s.seed,
-                           num_resamples=s.num_resamples, num_permutations=s.num_permutations)
+                           num_resamples=s.num_resamples, num_permutations=s.num_permutations,
+                           plan=plan)
   lines, claims = list(judged.verdicts), list(judged.claims)
   reference = s.reference_chunk_size
-  overview = {"accuracy vs needle offset, all variants (far depth)": plots.plot_variant_comparison(
+  overview = {}
+  residues = paper_table.plot_residues(os.path.join(plots_dir, "lookup_residues.png"), records)
+  if residues is not None:
+    overview["lookup accuracy by residue mod 24 per row (prefix padding; the paper's curve "
+             "dashed)"] = residues
+  overview["accuracy vs needle offset, all variants (far depth)"] = plots.plot_variant_comparison(
       os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
-      chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")}
+      chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")
   wall = time.time() - began
   date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
   intro_note = ""
@@ -117,13 +133,38 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
   report_path = os.path.join(workdir, REPORT_FILE)
   text = markdown.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall) + intro_note,
-                              images=overview, directory=workdir, claims=claims)
+                              images=overview, directory=workdir, claims=claims,
+                              summary=_summary(s, plan, records, claims))
   lm = loss_tables.sections(records, judged.tables.code_accuracy,
                             judged.tables.loss_signatures, plots_dir, workdir)
   workdir_lib.write_text(report_path, text + probe_tables.sections(records)
                          + claim_tables.sections(judged) + lm)
   return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
                  wall, claims)
+
+
+def _summary(settings: sweep_config.SweepSettings, plan: Mapping[str, Any] | None,
+             records: list[VariantRecord], claims: list[Claim]) -> list[str]:
+  """The summary's lines after the claims: the plan, the paper-style table, the comparison
+  with the paper's published numbers (empty for a sweep without a plan or lookup records)."""
+  lines = []
+  if settings.plan:
+    lines.append(
+        f"Pre-registered plan: `{settings.plan}`, "
+        + ("missing" if plan is None else
+           f"sha256 {plan['sha256'][:16]}, last committed in "
+           f"{plan['commit'][:10] or '(never committed)'}"
+           + ("" if plan["committed"] else ", with uncommitted changes"))
+        + "; verdict lines of units trained under another plan, or none, say PLAN.")
+  table = paper_table.main_table(records)
+  if table:
+    lines += (["", "### Main table (the paper's columns)", ""] if lines else
+              ["### Main table (the paper's columns)", ""]) + table
+    compared = paper_table.comparison_lines(claims, records)
+    if compared:
+      lines += ["", "Where our small-scale results agree with the paper or differ, per claim:",
+                "", *compared]
+  return lines
 
 
 def _settings(sweep: sweep_config.Sweep,

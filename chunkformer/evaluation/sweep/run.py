@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 from absl import logging
 
-from chunkformer import run_lock, trainer
+from chunkformer import provenance, run_lock, trainer
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import trained as trained_lib
@@ -101,6 +101,32 @@ def _train_time(variant: sweep_config.Variant, add: float = 0.0) -> float | None
   return spent
 
 
+PLAN_FILE = "plan.json"  # in a unit's run directory: the plans it trained under
+
+
+def record_plan(run_dir: str, plan: str) -> list[dict]:
+  """Appends the plan file's state (``provenance.file_state``) to ``run_dir/plan.json`` when
+  it differs from the last one recorded (a run resumed under a changed plan keeps both)."""
+  state = dict(provenance.file_state(sweep_config.plan_path(plan)), name=plan,
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+  trained = read_plans(run_dir) or []
+  last = trained[-1] if trained else {}
+  if (last.get("sha256"), last.get("committed")) != (state["sha256"], state["committed"]):
+    trained.append(state)
+    os.makedirs(run_dir, exist_ok=True)
+    workdir_lib.write_json(run_dir, PLAN_FILE, {"trained_under": trained})
+  return trained
+
+
+def read_plans(run_dir: str) -> list[dict] | None:
+  """The plans a unit trained under (None: no plan recorded)."""
+  path = os.path.join(run_dir, PLAN_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return list(json.load(f)["trained_under"])
+
+
 @dataclasses.dataclass(frozen=True)
 class PartOutcome:
   """A shard's part is done but other parts are missing: nothing merged yet."""
@@ -136,6 +162,8 @@ def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) 
                    variant.workdir)
       return
     display.start(variant)
+    if s.plan:
+      record_plan(variant.workdir, s.plan)
     start = time.time()
     final = trainer.train(variant.config, variant.workdir, progress=display)
     _train_time(variant, time.time() - start)
@@ -169,8 +197,10 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
                            os.path.join(workdir, PLOTS_DIR),
                            correctness.path_for(workdir, variant.name),
                            loss_rows.path_for(workdir, variant.name))
+    plans = read_plans(variant.workdir)
     record = dataclasses.replace(record, eval_wall_s=time.time() - start,
-                                 train_wall_s=_train_time(variant))
+                                 train_wall_s=_train_time(variant),
+                                 plan=None if plans is None else tuple(plans))
     path = record_path(workdir, variant.name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     images = outputs.relative_images(record.images, workdir)
@@ -191,7 +221,8 @@ def _record_settings(settings: Mapping) -> dict:
     comparable = probe_settings.comparable(settings)
   except ConfigError:  # stored by code with other probes: compared as written, so stale
     comparable = json.loads(json.dumps(dict(settings)))
-  return {k: v for k, v in comparable.items() if k != "order"}
+  # The variant order changes no record; the plan is judged, not measured.
+  return {k: v for k, v in comparable.items() if k not in ("order", "plan")}
 
 
 def merged_entries(workdir: str) -> dict[str, dict]:
