@@ -43,8 +43,10 @@ ATTENTION_MESH = (2, 1, 4, 1)  # data 2 x context 4: 8 tokens per shard, chunks 
 HEADS_MESH = (1, 1, 2, 4)
 HLO_T = 64  # the HLO read of the attention alone: context 4, 16 tokens per shard
 DOCUMENT_STARTS = ((0, 6, 19), (0, 11, 12, 27))  # documents cross the shard edges (8, 16, 24)
-# (data, fsdp, context, tensor) of the model case: context 2, 4, 8 alone and with data 2.
-MODEL_MESHES = ((1, 1, 2, 1), (1, 1, 4, 1), (1, 1, 8, 1), (2, 1, 2, 1), (2, 1, 4, 1))
+# (data, fsdp, context, tensor) of the model case: context 2, 4, 8 alone, with data 2, and
+# fsdp 2 x context 2 x tensor 2 (the query heads split, the one kv head whole).
+MODEL_MESHES = ((1, 1, 2, 1), (1, 1, 4, 1), (1, 1, 8, 1), (2, 1, 2, 1), (2, 1, 4, 1),
+                (1, 2, 2, 2))
 MODEL_LAYERS = ("kind=full", "kind=full")  # load balancing reorders tokens: full layers only
 
 

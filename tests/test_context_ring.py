@@ -2,12 +2,13 @@
 without the causal load balancing, computes what one device computes and sends what
 docs/context_parallel.md states.
 
-One fresh process with 8 fake CPU devices (tests/ring_worker.py) runs the ring (the attention
-alone on data 2 x context 4, GQA, documents across the shard edges) and reads the optimised HLO
-of its forward on context = 4: the suite's quick case. The model case (a two-layer full model's
-loss and gradients on context 2, 4, 8 alone and with data 2, each with and without load
-balancing, and a one-layer model's HLO) costs minutes of compiles and runs with
-CHUNKFORMER_SLOW_TESTS=1.
+One fresh process with 8 fake CPU devices (tests/ring_worker.py) runs the ring attention alone
+(GQA, documents across the shard edges; load-balanced on data 2 x context 4, natural on
+context 2 x tensor 4) and reads the optimised HLO of its forward on context = 4: the suite's
+quick case (about 15 s of CPU time). The model case (a two-layer full model's
+loss and gradients on context 2, 4, 8 alone, with data 2 and on fsdp 2 x context 2 x tensor 2,
+each with and without load balancing, and a one-layer model's HLO) costs minutes of compiles
+and runs with CHUNKFORMER_SLOW_TESTS=1.
 """
 
 import json
@@ -31,7 +32,7 @@ TIMEOUT_S = 900
 
 slow = pytest.mark.skipif(
     os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
-    reason="3-4 minutes of compiles (eleven meshes of a two-layer step, two HLO reads); "
+    reason="4-6 minutes of compiles (thirteen meshes of a two-layer step, two HLO reads); "
            "CHUNKFORMER_SLOW_TESTS=1 runs it (the suite runs the attention case)")
 
 
