@@ -124,6 +124,8 @@ def _config(**fields):
     ({"mesh.context_load_balance": True, "model.layer_pattern": "kind=fixed;kind=full"},
      r"'model.attention\[layer 0\].kind'"),
     ({"mesh.context_load_balance": True, "model.key_shift": 2}, "'model.key_shift'"),
+    ({"mesh.axis_rules": (("batch", "data"), ("length", ("context", "tensor")))},
+     "'mesh.axis_rules'"),  # the ring runs along one axis
     ({"model.attention.implementation": "blockwise"},
      r"'model.attention\[layer 0\].implementation'"),
 ])

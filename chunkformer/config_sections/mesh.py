@@ -53,6 +53,13 @@ class MeshConfig:
     require(self.context_strategy != "ring" or self.context > 1, "mesh.context_strategy",
             f"'ring' passes K/V round the context devices and needs mesh.context > 1, got "
             f"{self.context}")
+    if self.context_strategy == "ring":
+      length = dict((name, axes) for name, axes in self.axis_rules).get("length")
+      if isinstance(length, (list, tuple)) and len(length) == 1:
+        length = length[0]
+      require(isinstance(length, str), "mesh.axis_rules",
+              f"'ring' passes K/V blocks along the one mesh axis that splits the tokens, but "
+              f"'length' maps to {length!r}")
     require(not self.context_load_balance or self.context_strategy == "ring",
             "mesh.context_load_balance", "reorders the tokens for the ring's causal work; it "
             f"needs mesh.context_strategy = 'ring', got {self.context_strategy!r}")
