@@ -64,6 +64,7 @@ class Config:
     data_lib.check_config(self.data)
     self.train.validate()
     self.init.validate()
+    self.mesh.validate()
     require(not self.train.shift_frozen_steps or self.model.key_shift > 0,
             "train.shift_frozen_steps", "holds the token-shift weights, but model.key_shift = 0 "
             "gives the model none")
@@ -95,7 +96,9 @@ class Config:
 
     GSPMD partitions the XLA attention paths along the tokens (chunks may straddle a shard
     edge: the partitioner moves the rows it needs), but a Pallas kernel is one opaque call
-    that it cannot split, and a row must split into equal token blocks.
+    that it cannot split, and a row must split into equal token blocks. The ring's load
+    balancing reorders a row's tokens, which only layers that read tokens by their position
+    (full attention, no token shift) allow.
     """
     context = self.mesh.context
     if context <= 1:
@@ -106,6 +109,18 @@ class Config:
       require(layer.implementation == "xla", f"model.attention[layer {i}].implementation",
               f"{layer.implementation!r} cannot split a row over mesh.context={context}; "
               "context parallelism runs the 'xla' implementation")
+    if not self.mesh.context_load_balance:
+      return
+    require(self.data.seq_len % (2 * context) == 0, "data.seq_len",
+            f"{self.data.seq_len} tokens do not split into the 2*mesh.context = {2 * context} "
+            "equal chunks of mesh.context_load_balance")
+    for i, layer in enumerate(self.model.layers):
+      require(layer.kind == "full", f"model.attention[layer {i}].kind",
+              f"{layer.kind!r} reads neighbouring tokens (windows, chunks), which "
+              "mesh.context_load_balance reorders; it needs every layer 'full'")
+    require(self.model.key_shift == 0, "model.key_shift",
+            "the token shift reads the previous token, which mesh.context_load_balance "
+            "reorders; set it 0 or the load balancing off")
 
 
 def _deep_tuple(value: Any) -> Any:

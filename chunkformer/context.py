@@ -22,3 +22,8 @@ class AttentionContext:
   train: bool = dataclasses.field(default=False, metadata=dict(static=True))
   # Incremental decoding: kinds read and update their 'cache' collection (chunkformer/decode.py).
   decode: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  # Context parallelism (mesh.context_strategy / context_load_balance): how full attention's
+  # K/V cross the context axis, and whether the rows arrive in the load-balanced token order
+  # (attention/load_balance.py; positions and segment ids are reordered with the tokens).
+  kv_exchange: str = dataclasses.field(default="all_gather", metadata=dict(static=True))
+  load_balanced: bool = dataclasses.field(default=False, metadata=dict(static=True))

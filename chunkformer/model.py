@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer import layer_stack
-from chunkformer.attention import AttentionContext, attention_class
+from chunkformer.attention import AttentionContext, attention_class, context_axis, load_balance
 from chunkformer.attention import implementation as attention_implementation
 from chunkformer.config import ConfigError, ModelConfig
 from chunkformer.layers import RMSNorm, SwiGLU
@@ -89,6 +89,10 @@ class Transformer(nn.Module):
   """
 
   model: ModelConfig
+  # Context parallelism (mesh.context_strategy / mesh.context_load_balance; runtime.build sets
+  # them): they act only where the mesh in force splits the tokens (attention/context_axis.py).
+  kv_exchange: str = "all_gather"
+  load_balance: bool = False
 
   @nn.compact
   def __call__(self, tokens_BxT: Array, positions_BxT: Array | None = None,
@@ -100,8 +104,17 @@ class Transformer(nn.Module):
       positions_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
     if segment_ids_BxT is None:
       segment_ids_BxT = jnp.zeros_like(tokens_BxT)
+    # Load balancing: the rows enter in the balanced token order (positions travel with their
+    # tokens, so RoPE and the documents are the true ones) and the hidden states leave in the
+    # natural order, so the head, the logits and the loss never see the reorder.
+    balance = context_axis.current() if self.load_balance and not decode else None
+    if balance is not None:
+      tokens_BxT, positions_BxT, segment_ids_BxT = (
+          load_balance.reorder(x, ("batch", "length"), balance)
+          for x in (tokens_BxT, positions_BxT, segment_ids_BxT))
     ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train,
-                           decode=decode)
+                           decode=decode, kv_exchange=self.kv_exchange,
+                           load_balanced=balance is not None)
     embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),
@@ -123,6 +136,9 @@ class Transformer(nn.Module):
                      metadata_params={nn.PARTITION_NAME: layer_stack.SCAN_AXIS_NAME})
       (x_BxTxE, shared), _ = scan(m, stack.unrolled, name=layer_stack.SCAN_NAME)(
           (x_BxTxE, shared), ctx)
+    if balance is not None:
+      x_BxTxE = load_balance.reorder(x_BxTxE, ("batch", "length", "act_embed"), balance,
+                                     inverse=True)
     x_BxTxE = RMSNorm(eps=m.norm_eps, name="final_norm")(x_BxTxE)
     if hidden:
       return x_BxTxE

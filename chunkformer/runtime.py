@@ -85,7 +85,8 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
   """Everything but the state itself, for ``devices`` (default: all devices of all processes)."""
   config.validate()
   mesh = sharding_lib.make_mesh(config.mesh, devices)
-  model = Transformer(config.model)
+  model = Transformer(config.model, kv_exchange=config.mesh.context_strategy,
+                      load_balance=config.mesh.context_load_balance)
   tx = warm_start.optimizer(config, state_lib.make_optimizer(config.train))
   abstract, shardings, rules = state_lib.abstract_state(model, tx, config, mesh)
   batch_sharding = sharding_lib.batch_sharding(mesh, rules)

@@ -57,9 +57,11 @@ COLLECTIVES = ("all-gather", "all-reduce", "collective-permute", "all-to-all", "
 
 
 def make_config(mesh: tuple[int, int, int, int], layers: tuple[str, ...] = LAYERS,
-                seq_len: int = SEQ_LEN):
-  """The smoke model with one layer per entry of ``layers``, on ``mesh``."""
+                seq_len: int = SEQ_LEN, strategy: str = "all_gather", balance: bool = False):
+  """The smoke model with one layer per entry of ``layers``, on ``mesh`` (full attention's K/V
+  by ``strategy``, ``balance``: the ring's load balancing)."""
   c = smoke.get_config()
+  c.mesh.context_strategy, c.mesh.context_load_balance = strategy, balance
   c.model.num_layers = len(layers)
   c.model.num_kv_heads = 1  # DeepSeek-V4's MQA; tensor still splits the query heads
   c.model.head_dim = HEAD_DIM
@@ -116,9 +118,14 @@ def collectives(hlo: str) -> list[dict]:
 
 def one_layer_forward_collectives(layer: str, devices) -> list[dict]:
   """Collectives of a one-layer model's forward under context = 4, rows of HLO_SEQ_LEN."""
-  config = make_config((1, 1, 4, 1), (layer,), HLO_SEQ_LEN)
+  return one_layer_collectives(make_config((1, 1, 4, 1), (layer,), HLO_SEQ_LEN), devices)
+
+
+def one_layer_collectives(config, devices) -> list[dict]:
+  """Collectives of the optimised forward of ``config``'s model on ``devices``."""
   rt = runtime_lib.build(config, devices)
-  abstract = {k: jax.ShapeDtypeStruct((BATCH, HLO_SEQ_LEN), v.dtype, sharding=rt.batch_sharding)
+  seq_len = config.data.seq_len
+  abstract = {k: jax.ShapeDtypeStruct((BATCH, seq_len), v.dtype, sharding=rt.batch_sharding)
               for k, v in make_batch(config.model.vocab_size).items()}
 
   def forward(p, b):

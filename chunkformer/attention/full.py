@@ -12,6 +12,10 @@ Implementations (``attn.implementation``; ``auto`` is resolved per platform by
   covering the whole row and no entries (one padding entry that no query sees); ``auto`` on GPU
   takes ``pallas_gpu``. The kernels read documents as contiguous runs of equal ids
   (``kernels.document_runs``), which is every packed batch the data pipeline makes.
+
+Under ``mesh.context_strategy: ring`` (with the context axis split over several devices and
+``xla``, the only implementation context parallelism runs) the layer runs ``attention.ring``
+instead: the same attention with each device's K/V block passed round the context devices.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 import kernels
-from chunkformer.attention import blockwise
+from chunkformer.attention import blockwise, context_axis, ring
 from chunkformer.attention.common import (
   AttentionContext,
   OutputProjection,
@@ -83,6 +87,11 @@ class FullAttention(nn.Module):
       self.sow(full_cache.QUERIES, "q", q_BxTxHxD)  # stored only where eviction asks for it
       return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     q, k, v = qkv(x_BxTxE, ctx)
+    axis = context_axis.current() if ctx.kv_exchange == "ring" else None
+    if axis is not None:
+      o_BxTxHxD = ring.ring_attention(q, k, v, ctx.segment_ids_BxT, axis,
+                                      balanced=ctx.load_balanced)
+      return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     o_BxTxHxD = full_attention(q, k, v, ctx.segment_ids_BxT, self.attn.implementation,
                                self.attn.interpret)
     return OutputProjection(self.model, name="out")(o_BxTxHxD), shared

@@ -1,0 +1,167 @@
+"""mesh.context_strategy = ring: full attention's K/V passed round the context devices, with and
+without the causal load balancing, computes what one device computes and sends what
+docs/context_parallel.md states.
+
+One fresh process with 8 fake CPU devices (tests/ring_worker.py) runs the ring attention alone
+(GQA, documents across the shard edges; load-balanced on data 2 x context 4, natural on
+context 2 x tensor 4) and reads the optimised HLO of its forward on context = 4: the suite's
+quick case (about 15 s of CPU time). The model case (a two-layer full model's
+loss and gradients on context 2, 4, 8 alone, with data 2 and on fsdp 2 x context 2 x tensor 2,
+each with and without load balancing, and a one-layer model's HLO) costs minutes of compiles
+and runs with CHUNKFORMER_SLOW_TESTS=1.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from chunkformer import config as config_lib
+from chunkformer.attention import load_balance
+from chunkformer.config import ConfigError
+from configs import smoke
+from tests import context_parallel_worker as cp
+from tests import ring_worker as worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 900
+
+slow = pytest.mark.skipif(
+    os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
+    reason="4-6 minutes of compiles (thirteen meshes of a two-layer step, two HLO reads); "
+           "CHUNKFORMER_SLOW_TESTS=1 runs it (the suite runs the attention case)")
+
+
+def _run_worker(base, *flags):
+  out, hlo = base / "arrays.npz", base / "collectives.json"
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out), "--hlo", str(hlo),
+                           *flags], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+  assert result.returncode == 0, result.stderr[-4000:]
+  with np.load(out) as arrays, open(hlo) as f:
+    return dict(arrays), json.load(f)
+
+
+@pytest.fixture(scope="module")
+def attention_run(tmp_path_factory):
+  return _run_worker(tmp_path_factory.mktemp("ring_attention"))
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+  return _run_worker(tmp_path_factory.mktemp("ring_model"), "--model")
+
+
+def _f32(collectives, op):
+  return Counter(tuple(c["shape"]) for c in collectives if c["op"] == op and c["dtype"] == "f32")
+
+
+@pytest.mark.parametrize("case", ["2x1x4x1/balanced=True", "1x1x2x4/balanced=False"])
+def test_ring_attention_and_its_gradients_equal_one_device(attention_run, case):
+  """data 2 x context 4 with load balancing; context 2 x tensor 4 in the natural layout with
+  the query heads split and the kv heads whole (GQA across the split)."""
+  arrays, _ = attention_run
+  for name in ("o", "dq", "dk", "dv"):
+    want = arrays[f"reference/{name}"]
+    assert np.abs(want).max() > 1e-3, name  # every gradient reaches the inputs
+    np.testing.assert_allclose(arrays[f"{case}/{name}"], want, atol=1e-5, rtol=0,
+                               err_msg=name)
+
+
+def test_ring_sends_kv_blocks_round_the_ring_and_gathers_nothing(attention_run):
+  """n - 1 = 3 hops, each a collective-permute of a device's K and V blocks [B, T/n, K, D]
+  and of its document ids (int32 [B, T/n]); no all-gather, no all-reduce."""
+  _, hlo = attention_run
+  n = 4
+  ring = hlo["ring"]
+  assert _f32(ring, "collective-permute") == Counter(
+      {(worker.B, worker.HLO_T // n, worker.K, worker.D): 2 * (n - 1)})
+  ids = Counter(tuple(c["shape"]) for c in ring if c["dtype"] == "s32")
+  assert ids == Counter({(worker.B, worker.HLO_T // n): n - 1})
+  assert not [c for c in ring if c["op"] in ("all-gather", "all-reduce", "all-to-all")]
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_load_balancing_gives_every_device_the_same_causal_work(n):
+  """Device d holds chunks d and 2n-1-d of c tokens: its queries see c*c*(2n-1) + c*(c+1)
+  earlier-or-equal keys, whatever d; in the natural layout (chunks 2d, 2d+1) it is
+  (2d+1)*2c*c + c, growing with d."""
+  t, c = 48, 48 // (2 * n)
+  held = [np.asarray(load_balance.token_index(d, n, t // n, balanced=True)) for d in range(n)]
+  np.testing.assert_array_equal(np.sort(np.concatenate(held)), np.arange(t))  # a permutation
+  work = [int(np.sum(idx + 1)) for idx in held]  # query at row index i sees keys 0..i
+  assert work == [c * c * (2 * n - 1) + c * (c + 1)] * n
+  natural = [int(np.sum(np.asarray(load_balance.token_index(d, n, t // n, balanced=False)) + 1))
+             for d in range(n)]
+  assert natural == [(2 * d + 1) * 2 * c * c + c for d in range(n)]
+
+
+def _config(**fields):
+  """The smoke config on mesh.context = 4, ring, with dotted ``fields`` overridden."""
+  c = smoke.get_config()
+  c.mesh.context, c.mesh.context_strategy = 4, "ring"
+  for key, value in fields.items():
+    *sections, name = key.split(".")
+    node = c
+    for section in sections:
+      node = node[section]
+    node[name] = value
+  return c.to_dict()
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"mesh.context": 1}, "'mesh.context_strategy'"),  # nothing to pass round
+    ({"mesh.context_strategy": "rings"}, "'mesh.context_strategy'"),
+    ({"mesh.context_strategy": "all_gather", "mesh.context_load_balance": True},
+     "'mesh.context_load_balance'"),
+    ({"mesh.context_load_balance": True, "data.seq_len": 36}, "'data.seq_len'"),  # 36 % 8
+    ({"mesh.context_load_balance": True, "model.layer_pattern": "kind=fixed;kind=full"},
+     r"'model.attention\[layer 0\].kind'"),
+    ({"mesh.context_load_balance": True, "model.key_shift": 2}, "'model.key_shift'"),
+    ({"mesh.axis_rules": (("batch", "data"), ("length", ("context", "tensor")))},
+     "'mesh.axis_rules'"),  # the ring runs along one axis
+    ({"model.attention.implementation": "blockwise"},
+     r"'model.attention\[layer 0\].implementation'"),
+])
+def test_ring_refuses_what_it_cannot_run_before_compiling(fields, field):
+  with pytest.raises(ConfigError, match=field):
+    config_lib.from_dict(_config(**fields))
+  config_lib.from_dict(_config(**{"mesh.context_load_balance": True}))  # smoke: 32 % 8 == 0
+
+
+@slow
+@pytest.mark.parametrize("balanced", [False, True], ids=["ring", "ring_balanced"])
+@pytest.mark.parametrize("mesh", worker.MODEL_MESHES, ids=lambda m: "x".join(map(str, m)))
+def test_ring_model_loss_and_gradients_equal_one_device(model_run, mesh, balanced):
+  arrays, _ = model_run
+  name = "x".join(map(str, mesh)) + ("/balanced" if balanced else "")
+  reference = {k.removeprefix("1x1x1x1/"): v for k, v in arrays.items()
+               if k.startswith("1x1x1x1/")}
+  assert len(reference) > 10 and abs(float(reference["loss"])) > 0.1
+  for key, value in reference.items():
+    np.testing.assert_allclose(arrays[f"{name}/{key}"], value, atol=1e-5, rtol=0, err_msg=key)
+
+
+@slow
+def test_ring_model_forward_sends_kv_blocks_and_no_all_gather_of_them(model_run):
+  """docs/context_parallel.md's ring rows: a one-layer full model on context = 4 (T = 384, one
+  kv head) sends K and V in 3 hops of [B, T/4, 1, D] each and all-gathers no float array;
+  load balancing adds two collective-permutes of [B, T/8, E] for the hidden states' way back
+  (and six of int32 [B, T/8]: tokens, positions and document ids on the way in)."""
+  _, hlo = model_run
+  b, t, d = cp.BATCH, cp.HLO_SEQ_LEN, cp.HEAD_DIM
+  plain, balanced = hlo["ring_balanced=False"], hlo["ring_balanced=True"]
+  assert _f32(plain, "collective-permute") == Counter({(b, t // 4, 1, d): 6})
+  width = config_lib.from_dict(smoke.get_config().to_dict()).model.d_model
+  assert _f32(balanced, "collective-permute") == Counter({(b, t // 4, 1, d): 6,
+                                                          (b, t // 8, width): 2})
+  ints = Counter(tuple(c["shape"]) for c in balanced if c["dtype"] == "s32")
+  assert ints == Counter({(b, t // 4): 3, (b, t // 8): 6})
+  for collectives in (plain, balanced):
+    assert not _f32(collectives, "all-gather") and not _f32(collectives, "all-reduce")
