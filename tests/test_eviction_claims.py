@@ -151,3 +151,9 @@ def test_gates_and_missing_data_leave_every_claim_inconclusive():
   lost = registry.Evidence((record,), {}, (), None, lambda name: None)
   assert "correctness matrix not stored" in claims.e1_claim(lost).reason
   assert eviction_data.collect([record], None)[0].runs[0].matrix is None
+
+
+def test_content_chunks_without_a_grid_at_their_budget_are_undecided():
+  units = [unit(s, {"content": scattered()}) for s in range(2)]
+  e2 = claims.e2_claim(evidence(units))
+  assert e2.verdict == INCONCLUSIVE and "no ChunkKV policy at equal budget" in e2.reason

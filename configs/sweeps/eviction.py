@@ -68,17 +68,18 @@ def policies(budgets=BUDGETS, chunks=CHUNKS, window=WINDOW, delimiters=None) -> 
 
 
 def _tiny():
-  """The pipeline in seconds (tests/test_eviction_sweep.py): a 1-layer smoke model, 2 steps,
-  one budget, one policy of each kind the claims read; nothing it finds is a result."""
+  """The pipeline in seconds (tests/test_eviction_sweep.py): a 1-layer smoke model (1-token
+  needles in 32 tokens), 2 steps, one budget, one policy of each kind the claims read; nothing
+  it finds is a result."""
   model = variant("configs/smoke.py", {"model.num_layers": 1, "train.steps": 2,
-                                       "train.checkpoint_every": 2, **KV2})
+                                       "train.checkpoint_every": 2})
   kinds = [dict(policy="streaming_llm", budget=8, sinks=2),
            dict(policy="snapkv", budget=8, window=2),
            dict(policy="chunkkv", budget=8, chunk=4, window=2),
            dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3], min_chunk=2,
                 max_chunk=4)]
   return sweep_config(
-      seeded_units({"tiny": (model, 2)}), name="eviction_tiny", eval_batch_size=16,
+      seeded_units({"tiny": (model, 1)}), name="eviction_tiny", eval_batch_size=16,
       num_resamples=20, num_permutations=20,
       probes=dict(needle_sweep=dict(num_offsets=12, num_haystacks=2, depths=(0.0,)),
                   eviction_needles=dict(policies=kinds, num_offsets=12, num_haystacks=2,

@@ -196,6 +196,10 @@ def e2_claim(evidence) -> Claim:
                        if pooled[c.name] is not None for m in lengths[c.name]])
   out = {}
   for c in cures:
+    if not lengths[c.name]:
+      none = Outcome(None, "no ChunkKV policy at equal budget", {})
+      out[c.name] = ([none] * len(c.runs), none)
+      continue
     seeds = []
     for run in c.runs:
       found = data.analyse(run.matrix, lengths[c.name], **kw)

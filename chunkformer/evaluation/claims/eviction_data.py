@@ -6,7 +6,9 @@ accuracies and the name of its matrix) and the matrices themselves (``DIR/correc
 as ``eviction_needles_<key>``). ``collect`` turns them into ``Group``s: one policy at one
 depth on one model variant, with one ``Run`` per training seed. A group's seed-pooled matrix
 stacks its seeds' haystack rows (``stats.seed_rule.pool_seeds``), as the study's seed-pooled
-records do. ``Analysed`` holds a matrix's statistics at the chunk lengths a claim reads.
+records do. ``Analysed`` holds a matrix's statistics at the chunk lengths a claim reads;
+``phase_rows`` the report's table (accuracy by residue mod L, pooled over seeds, with Wilson
+intervals).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from chunkformer.evaluation.claims import judgments
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats import periodicity
+from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy, summarize
 from chunkformer.evaluation.stats.seed_rule import pool_seeds
 
 PROBE = "eviction_needles"
@@ -148,3 +151,39 @@ def analyse(matrix: correctness.Matrix | None, lengths: Sequence[int], *, seed: 
                   {m: float(t.p_value) for m, t in tests.items()},
                   {m: t.table.gap.value for m, t in tests.items()},
                   {m: int(t.table.weakest_phase) for m, t in tests.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseRow:
+  """The report's row of one group: accuracy pooled over its seeds, and per chunk length L the
+  accuracy by residue of the needle offset mod L with Wilson intervals."""
+
+  variant: str
+  label: str
+  kind: str  # the policy's name (snapkv, chunkkv, ...)
+  short: str  # the name with its chunk length: "chunkkv L=4" (figure legends)
+  budget: tuple[int, ...]
+  depth: str
+  seeds: int
+  accuracy: float
+  residues: Mapping[int, ResidueAccuracy]  # L -> accuracy by offset mod L
+
+
+def phase_rows(records: Sequence[VariantRecord], load: correctness.Loader | None,
+               lengths: Sequence[int] = (4, 8, 10)) -> list[PhaseRow]:
+  """A row per group with stored matrices (every seed's), budget first, in the probe's order."""
+  rows = []
+  for g in collect(records, load):
+    matrix = g.pooled()
+    if matrix is None:
+      continue
+    outcomes = matrix.correct_YxJ.ravel()
+    offsets = np.broadcast_to(matrix.offsets_J, matrix.correct_YxJ.shape).ravel()
+    # only the L whose residues the offsets cover equally often (J a multiple of L)
+    residues = {m: summarize(outcomes, offsets % m, m, None) for m in lengths
+                if matrix.offsets_J.size % m == 0}
+    short = g.policy.name + (f" L={g.policy.chunk}" if isinstance(g.policy, eviction.ChunkKV)
+                             else "")
+    rows.append(PhaseRow(g.variant, g.label, g.policy.name, short, g.budget, g.depth,
+                         len(g.runs), float(outcomes.mean()), residues))
+  return sorted(rows, key=lambda r: (r.variant, r.depth, r.budget))

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from chunkformer.evaluation.claims import (
     combine,
+    eviction,
     judgments,
     multiplicity,
     pooling,
@@ -102,6 +103,9 @@ CLAIMS: dict[str, ClaimFunction] = {
     "C7": _from_judgments("C7"),  # the code models' prefix probe shows the period
     "C8": _cure("C8"),  # dynamic chunks remove the blind spot
     "C9": _cure("C9"),  # a key token shift removes it
+    "E1": eviction.e1_claim,  # fixed-block eviction (ChunkKV): period = its block length
+    "E2": eviction.e2_claim,  # content-chunked eviction removes it at equal budget
+    "E3": eviction.e3_claim,  # SnapKV vs StreamingLLM at equal budget
 }
 
 

@@ -22,11 +22,18 @@ import jax
 
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.claims import eviction_data, judging
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import claim_tables, loss_tables, markdown, plots, probe_tables
+from chunkformer.evaluation.report import (
+    claim_tables,
+    eviction_tables,
+    loss_tables,
+    markdown,
+    plots,
+    probe_tables,
+)
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.trainer import format_duration
@@ -120,8 +127,10 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
                               images=overview, directory=workdir, claims=claims)
   lm = loss_tables.sections(records, judged.tables.code_accuracy,
                             judged.tables.loss_signatures, plots_dir, workdir)
+  evicted = eviction_tables.section(
+      eviction_data.phase_rows(records, correctness.loader(workdir)), claims, plots_dir, workdir)
   workdir_lib.write_text(report_path, text + probe_tables.sections(records)
-                         + claim_tables.sections(judged) + lm)
+                         + claim_tables.sections(judged) + evicted + lm)
   return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
                  wall, claims)
 
