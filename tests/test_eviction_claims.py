@@ -49,7 +49,7 @@ def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99,
     key = f"{label}_far"
     probe[label] = {"policy": dict(specs[name], budget=budget), "budget_tokens": [budget],
                     "depths": {"far": {"accuracy": float(matrix.mean()), "matrix": key}}}
-    stored[f"eviction_needles_{key}"] = correctness.Matrix(matrix, OFFSETS)
+    stored[f"eviction_needles_{key}"] = correctness.Matrix(matrix, OFFSETS[:matrix.shape[1]])
   name = f"full_seed{seed}"
   record = VariantRecord(VariantSetup("full", "full", "full", seed=seed, name=name, task="kv"),
                          BASE, "needle", 10, compression_ratio=1.0,
@@ -87,6 +87,10 @@ def test_a_flat_grid_fails_e1_where_eviction_bites_and_is_undecided_at_the_ceili
   e1 = claims.e1_claim(evidence([unit(s, {"grid": flat[s]}) for s in range(3)]))
   assert (e1.verdict, e1.seeds_agreeing) == (NOT_REPRODUCED, "3/3")
   ceiling = claims.e1_claim(evidence([unit(s, {"grid": np.ones((Y, J))}) for s in range(3)]))
+  assert ceiling.verdict == INCONCLUSIVE and "outside [0.02, 0.98]" in ceiling.reason
+  short = claims.e1_claim(evidence([unit(s, {"grid": flat[s][:, :11]}) for s in range(2)]))
+  assert short.verdict == INCONCLUSIVE and "11 offsets hold fewer than 3 periods of 4" in \
+      short.reason
   assert ceiling.verdict == INCONCLUSIVE and "outside [0.02, 0.98]" in ceiling.reason
   # content chunks with the same blind phase as the grid are still periodic: E2 fails
   same = [unit(s, {"grid": blind_phase(1), "content": blind_phase(1)}) for s in range(3)]

@@ -119,6 +119,9 @@ def _period_outcome(found: data.Analysed | None, length: int, p: float | None,
   numbers = dict(found.numbers(), p_judged=p)
   if periodic:
     return Outcome(True, "", numbers)
+  if found.num_offsets < 3 * length:  # the period scan cannot name L
+    return Outcome(None, f"{found.num_offsets} offsets hold fewer than 3 periods of {length}",
+                   numbers)
   low, high = BITES
   if not low <= found.accuracy <= high:
     return Outcome(None, f"accuracy under eviction {found.accuracy:.3f} outside "

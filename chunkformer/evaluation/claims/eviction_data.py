@@ -127,6 +127,7 @@ class Analysed:
   """A matrix's statistics at the chunk lengths a claim reads (``stats.analyze``)."""
 
   accuracy: float
+  num_offsets: int  # J: periods up to J // 3 are candidates of the period scan
   detected_period: int | None
   p_at: Mapping[int, float]  # chunk length L -> phase-test p-value of offset mod L
   gap_at: Mapping[int, float | None]  # L -> max-min accuracy over offset mod L
@@ -147,7 +148,8 @@ def analyse(matrix: correctness.Matrix | None, lengths: Sequence[int], *, seed: 
   a = periodicity.analyze(matrix.correct_YxJ, matrix.offsets_J, list(lengths), seed=seed,
                           num_resamples=num_resamples, num_permutations=num_permutations)
   tests = {t.chunk_size: t for t in a.by_chunk_size}
-  return Analysed(float(np.mean(matrix.correct_YxJ)), a.detected_period,
+  return Analysed(float(np.mean(matrix.correct_YxJ)), int(matrix.offsets_J.size),
+                  a.detected_period,
                   {m: float(t.p_value) for m, t in tests.items()},
                   {m: t.table.gap.value for m, t in tests.items()},
                   {m: int(t.table.weakest_phase) for m, t in tests.items()})
