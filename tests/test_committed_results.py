@@ -127,12 +127,13 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
     ("study", {"C1": "INCONCLUSIVE", "C2": "REPRODUCED", "C3": "REPRODUCED", "C4": "REPRODUCED",
                "C5": "REPRODUCED", "C7": "INCONCLUSIVE", "C8": "INCONCLUSIVE",
                "C9": "INCONCLUSIVE"}),
-    ("code_lm", {"C7": "INCONCLUSIVE"}),
+    ("code_lm", {"C7": "INCONCLUSIVE", "E1": "INCONCLUSIVE", "E2": "INCONCLUSIVE",
+                 "E3": "INCONCLUSIVE"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
   claims = results_file.load(_path(sweep)).claims
-  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 17)]
+  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 17)] + ["E1", "E2", "E3"]
   for claim in claims:
     assert claim.verdict in VERDICTS and "NOT TESTED" not in claim.reason
     assert claim.reason, claim.id

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from chunkformer import config as config_lib
+from chunkformer import eviction
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import evicting, eviction_needles, needle_sweep
@@ -68,6 +69,7 @@ def test_probe_records_accuracy_by_offset_and_phase_for_each_policy(trained):
   matrix = result.matrices["streaming_llm-b8-sinks2_far"]
   assert matrix.correct_YxJ.shape == (2, 6)
   far = record["depths"]["far"]
+  assert far["matrix"] == "streaming_llm-b8-sinks2_far"  # the key the claims read
   np.testing.assert_allclose(far["accuracy_by_offset"], matrix.correct_YxJ.mean(axis=0))
   for size in (3, 4):  # the unit's chunk size and the option's
     phase = matrix.offsets_J % size
@@ -91,6 +93,9 @@ def test_delimiter_ids_follow_a_loaded_models_token_map():
   grid = from_dict(dict(policy="chunkkv", budget=8, window=2, chunk=10))
   assert eviction_needles.phase_sizes_for(grid, (4,), (8, 4)) == [4, 8, 10]
   assert eviction_needles.phase_sizes_for(policy, (4,), ()) == [4]
+  # a stored matrix name holds no '.': a share of the prompt or several delimiter ids
+  assert eviction_needles.matrix_key(eviction.label(policy), "far").endswith("delim3p5-len1-64_far")
+  assert eviction_needles.matrix_key("snapkv-b0.25-window8", "far") == "snapkv-b0p25-window8_far"
 
 
 def test_a_sweep_config_with_a_bad_policy_is_refused_before_anything_trains():

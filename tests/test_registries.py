@@ -139,7 +139,7 @@ def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_pat
 
 
 def test_the_registries_hold_the_projects_own_entries():
-  assert list(claim_registry.CLAIMS) == [f"C{i}" for i in range(1, 17)]
+  assert list(claim_registry.CLAIMS) == [f"C{i}" for i in range(1, 17)] + ["E1", "E2", "E3"]
   assert "key_overlap" in probe_registry.PROBES
 
 

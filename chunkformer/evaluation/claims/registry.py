@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from chunkformer.evaluation.claims import (
     combine,
+    eviction,
     judgments,
     mechanism_claims,
     multiplicity,
@@ -121,6 +122,9 @@ CLAIMS: dict[str, ClaimFunction] = {
     "C14": _paper(mechanism_claims.c14),  # knockouts: phase-specialised heads, not in full
     "C15": _paper(mechanism_claims.c15),  # concentrated gates line up with knockout phases
     "C16": _paper(mechanism_claims.c16),  # cycling moves the weak phases, boundary stays
+    "E1": eviction.e1_claim,  # fixed-block eviction (ChunkKV): period = its block length
+    "E2": eviction.e2_claim,  # content-chunked eviction removes it at equal budget
+    "E3": eviction.e3_claim,  # SnapKV vs StreamingLLM at equal budget
 }
 
 

@@ -12,7 +12,8 @@ Each policy's record holds its budget in tokens and, per depth, the accuracy by 
 and by offset mod L for each L of ``phase_sizes``, the unit's chunk sizes and the policy's own
 chunk length (ChunkKV's grid starts at position 0, so a needle's phase is its offset mod L);
 its correctness matrices are stored as
-``eviction_needles_<policy label>_<depth>`` so that claims can recompute everything.
+``eviction_needles_<matrix key>`` (``matrix_key``: the policy label and the depth; the record
+names it per depth) so that claims can recompute everything.
 A model with other than full-attention layers is refused (ConfigError naming the layer). For a
 loaded model with a tokenizer the rows and a content policy's delimiter ids (kv ids in the
 config) are mapped to the model's own ids.
@@ -48,6 +49,13 @@ def prompt_length(sweep: needle_sweep.SweepRows, config, prompt_end: str) -> int
     raise ValueError(f"depth {sweep.name}: rows answer at {starts.tolist()}; one prompt "
                      "length per depth is needed")
   return int(starts[0])
+
+
+def matrix_key(label: str, depth_name: str) -> str:
+  """The key of one policy's matrix at one depth (stored as ``eviction_needles_<key>``): the
+  policy's label with '.' (a share of the prompt, several delimiter ids) written as 'p', since
+  a stored matrix name holds no '.'."""
+  return f"{label.replace('.', 'p')}_{depth_name}"
 
 
 def by_phase(correct_YxJ: np.ndarray, offsets_J: np.ndarray, size: int) -> list[float]:
@@ -127,9 +135,10 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
       predictor = loaded_model.adapt(context.trained, evicting.EvictingPredictor(
           context.trained, batch_size, in_model_tokens(policy, mapping), lengths[sweep.name]))
       (result,) = needle_sweep.run(predictor, [sweep])
-      matrices[f"{name}_{result.name}"] = correctness.Matrix(result.correct_YxJ,
-                                                              result.offsets_J)
+      key = matrix_key(name, result.name)
+      matrices[key] = correctness.Matrix(result.correct_YxJ, result.offsets_J)
       depth_records[result.name] = {
+          "matrix": key,
           "accuracy": float(result.correct_YxJ.mean()),
           "accuracy_by_offset": [float(a) for a in result.correct_YxJ.mean(axis=0)],
           "accuracy_by_phase": {str(m): by_phase(result.correct_YxJ, result.offsets_J, m)

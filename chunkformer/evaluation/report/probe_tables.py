@@ -52,6 +52,7 @@ def sections(records: Sequence[VariantRecord]) -> str:
 
 # Registry probes with a table of their own (the rest are shown as their stored JSON).
 _RESIDUE_TESTS = ("lookup", "long_needle")
+_OWN_SECTION = ("eviction_needles",)  # its section: report/eviction_tables.py
 
 
 def registry_table(records: Sequence[VariantRecord]) -> list[str]:
@@ -62,7 +63,7 @@ def registry_table(records: Sequence[VariantRecord]) -> list[str]:
   residue = residue_tables.section([(unit, value) for unit, name, value in found
                                     if name in _RESIDUE_TESTS])
   lines = residue.split("\n") if residue else []
-  found = [f for f in found if f[1] not in _RESIDUE_TESTS]
+  found = [f for f in found if f[1] not in _RESIDUE_TESTS + _OWN_SECTION]
   if not found:
     return lines
   lines += ["", "## Probes enabled by the sweep config", "",

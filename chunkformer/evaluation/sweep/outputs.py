@@ -23,12 +23,13 @@ import jax
 from chunkformer import provenance
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.claims import eviction_data, judging
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.report import (
     claim_tables,
+    eviction_tables,
     loss_tables,
     markdown,
     paper_table,
@@ -137,8 +138,10 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
                               summary=_summary(s, plan, records, claims))
   lm = loss_tables.sections(records, judged.tables.code_accuracy,
                             judged.tables.loss_signatures, plots_dir, workdir)
+  evicted = eviction_tables.section(
+      eviction_data.phase_rows(records, correctness.loader(workdir)), claims, plots_dir, workdir)
   workdir_lib.write_text(report_path, text + probe_tables.sections(records)
-                         + claim_tables.sections(judged) + lm)
+                         + claim_tables.sections(judged) + evicted + lm)
   return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
                  wall, claims)
 

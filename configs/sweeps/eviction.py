@@ -1,0 +1,109 @@
+"""Inference-time KV eviction on full-attention kv models: does eviction create weak spots?
+
+  python eval.py --config configs/sweeps/eviction.py --workdir results/eviction
+  (the tiny end-to-end check of the pipeline: configs/sweeps/eviction.py:tiny, seconds)
+
+Three seeds of one full-attention model trained here on the kv task with 2-token keys and
+values, each evaluated under every policy of ``POLICIES`` at three budgets (``BUDGETS``) by the
+``eviction_needles`` probe: the cache is pruned once the prompt is read (it ends right before
+the moved needle's first answer token, so the observation window holds the query's QUERY
+marker and first key token), the answer is decoded from the pruned cache, and the needle moves
+over 40 consecutive offsets at the far depth (lcm(4, 8, 10) = 40: every phase of ChunkKV's
+chunk lengths L = 4, 8, 10 occurs equally often) in 32 haystacks. Accuracy by needle offset
+mod L for each L; the matrices stay in ``DIR/correct/`` for claims E1-E3 (docs/claims.md).
+
+The model: the study's (2 layers, width 64, 4 heads, T = 160, 6 pairs, 4 queries; its
+``SHARED``) with keys and queries shifted by 3 (``model.query_shift``), the study's setting in
+which full attention learned 2-token needles in every seed (held-out far accuracy 0.986-0.998
+at 3000 steps, results/study/RUN.md, ninth part). The budget, fixed before any unit of this
+sweep trained, by the study's rule (twice the first evaluated step at which a calibration run
+reached >= 0.95): the calibration (2026-12-03 16:00-16:11 UTC, one single-threaded process
+at nice 19 on a loaded machine: ``train.py --config configs/kv_full.py`` with this file's
+SHARED but ``train.steps=1500 train.eval_every=250``, seed 0) reached held-out far accuracy
+0.974 at step 250, the first evaluated step (training far accuracy 0.981 at step 400, where it
+was stopped), so STEPS = 600 (at least twice that, the demo's budget). A seed below 0.9
+held-out far accuracy before eviction is undecided in every eviction claim.
+
+Policies (every budget in tokens, of a prompt of 143 tokens): StreamingLLM (4 sinks), SnapKV
+(observation window 8, max pooling over 7), H2O (8 recent tokens), KNorm, ChunkKV with chunks
+of L = 4, 8 and 10 (ChunkKV's paper uses 10) on the grid from position 0, and content-chunked
+ChunkKV with the kv task's delimiter rule (configs/kv_delimiter.py: QUERY and two of the four
+filler ids close a chunk, chunks of 3 to 8 tokens, about 4 tokens each, so a needle's symbols
+share a chunk unless max_chunk cuts it), all with SnapKV's scorer and window 8. Budgets: 16,
+32 and 64 tokens (11%, 22% and 45% of the prompt; 8, 24 and 56 beyond the window).
+
+Cost (estimated 2026-12-03, the sweep not run): training 600 steps at 2.1-3.6 steps/s on one
+core (the study's rates for this model), 3-5 min per unit; the eviction probe, measured on the
+calibration checkpoint with this config's options, about 6 s of one core per policy to run
+(1280 rows) and 6 s to compile it the first time, so 2.5-5 min per unit; judging E1-E3 well
+under a minute. In all about 16-29 min of one core, 10-17 min with two shards
+(``--shard 0/2``, ``--shard 1/2``) and 15-25 min as one two-thread process: within the 45 min
+allowed on 2 cores. The code LMs are not in this sweep: the eviction probe asks kv needles
+only.
+"""
+
+from configs.sweeps import seeded_units, study, sweep_config, variant
+
+STEPS = 600  # the budget rule of the module docstring
+KV2 = {"data.key_len": 2, "data.value_len": 2}
+QK_SHIFT3 = {"model.key_shift": 3, "model.query_shift": True}
+SHARED = {**study.SHARED, **KV2, **QK_SHIFT3, "train.steps": STEPS}
+SEEDS = 3
+
+WINDOW = 8  # SnapKV's observation window (and ChunkKV's), H2O's recent tokens
+BUDGETS = (16, 32, 64)  # tokens
+CHUNKS = (4, 8, 10)  # ChunkKV's chunk lengths L
+# The kv task's delimiter rule (configs/kv_delimiter.py): QUERY (2) and filler ids 3 and 4.
+DELIMITERS = dict(delimiters=[2, 3, 4], min_chunk=3, max_chunk=8)
+NEEDLES = dict(num_offsets=40, num_haystacks=32, depths=(0.0,))
+
+
+def policies(budgets=BUDGETS, chunks=CHUNKS, window=WINDOW, delimiters=None) -> list[dict]:
+  """Every policy at every budget, budget-major (the probe's order, the report's rows)."""
+  delimiters = DELIMITERS if delimiters is None else delimiters
+  out = []
+  for b in budgets:
+    out += [dict(policy="streaming_llm", budget=b, sinks=4),
+            dict(policy="snapkv", budget=b, window=window),
+            dict(policy="h2o", budget=b, recent=window),
+            dict(policy="knorm", budget=b)]
+    out += [dict(policy="chunkkv", budget=b, chunk=m, window=window) for m in chunks]
+    out.append(dict(policy="content_chunkkv", budget=b, window=window, **delimiters))
+  return out
+
+
+def _tiny():
+  """The pipeline in seconds (tests/test_eviction_sweep.py): a 1-layer smoke model (1-token
+  needles in 32 tokens), 2 steps, one budget, one policy of each kind the claims read; nothing
+  it finds is a result."""
+  model = variant("configs/smoke.py", {"model.num_layers": 1, "train.steps": 2,
+                                       "train.checkpoint_every": 2})
+  kinds = [dict(policy="streaming_llm", budget=8, sinks=2),
+           dict(policy="snapkv", budget=8, window=2),
+           dict(policy="chunkkv", budget=8, chunk=4, window=2),
+           dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3], min_chunk=2,
+                max_chunk=4)]
+  return sweep_config(
+      seeded_units({"tiny": (model, 1)}), name="eviction_tiny", eval_batch_size=16,
+      num_resamples=20, num_permutations=20,
+      probes=dict(needle_sweep=dict(num_offsets=12, num_haystacks=2, depths=(0.0,)),
+                  eviction_needles=dict(policies=kinds, num_offsets=12, num_haystacks=2,
+                                        phase_sizes=(4,), batch_size=16)))
+
+
+def get_config(arg: str = ""):
+  if arg == "tiny":
+    return _tiny()
+  if arg:
+    raise ValueError(f"configs/sweeps/eviction.py takes no argument or 'tiny', got {arg!r}")
+  model = variant("configs/kv_full.py")
+  return sweep_config(
+      seeded_units({"full_kv2_qk3": (model, SEEDS)}),
+      overrides=SHARED,
+      name="eviction",
+      reference_chunk_size=4,
+      eval_batch_size=64,
+      probes=dict(needle_sweep=NEEDLES,
+                  eviction_needles=dict(policies=policies(), prompt_end="question",
+                                        phase_sizes=CHUNKS, batch_size=64, **NEEDLES)),
+  )
