@@ -67,7 +67,7 @@ def cpu_study():
   units = seeded_units({name: (variant(f"configs/paper/{name}.py", steps), n)
                         for name, n in CPU_UNITS.items()})
   return sweep_config(units, name="paper_protocol", eval_batch_size=32, reference_chunk_size=8,
-                      probes=dict(CPU_PROBES))
+                      probes=dict(CPU_PROBES), plan="results/paper_protocol/PLAN.md")
 
 
 def get_config(names: str = ""):

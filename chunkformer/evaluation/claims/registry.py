@@ -38,7 +38,12 @@ from chunkformer.evaluation.records.variant import VariantRecord
 @dataclasses.dataclass(frozen=True)
 class Evidence:
   """What a claim may rest on: the records, their seed-pooled records and judgments, the
-  stored matrices and the sweep's resampling settings."""
+  stored matrices and the sweep's resampling settings.
+
+  ``records`` (and everything judged from them) are the needle and prefix models C1-C9 ask
+  about; ``paper_records`` every record, which C10-C16 read through the probes' records. A
+  lookup model (primary probe "lookup", the paper protocol's) is judged by C10-C16 only: its
+  test and gates are those of the protocol (docs/claims.md), not the needle study's."""
 
   records: tuple[VariantRecord, ...]
   pooled: Mapping[str, VariantRecord]  # variant -> seed-pooled record (``pooling``)
@@ -52,9 +57,11 @@ class Evidence:
   num_permutations: int = 2000
   # unit -> why its verdicts are flagged: trained under another plan or none (``plan_check``)
   plan_flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  paper_records: tuple[VariantRecord, ...] = ()
 
 
 ClaimFunction = Callable[[Evidence], Claim]
+LOOKUP = "lookup"  # a record's primary probe when its model was trained on the lookup task
 
 
 def _from_judgments(claim_id: str) -> ClaimFunction:
@@ -101,7 +108,7 @@ def _slot_preference(e: Evidence) -> Claim:
 
 def _paper(function) -> ClaimFunction:
   """A claim of the paper's protocol (C10-C16), judged from the probes' records."""
-  return lambda e: function(e.records, seed=e.seed, num_permutations=e.num_permutations,
+  return lambda e: function(e.paper_records, seed=e.seed, num_permutations=e.num_permutations,
                             flags=e.plan_flags)
 
 
@@ -133,16 +140,19 @@ def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | No
              num_resamples: int = 2000, num_permutations: int = 2000,
              plan_flags: Mapping[str, str] | None = None) -> Evidence:
   """The evidence of a sweep; ``pooled`` computed from ``matrices`` when not given."""
+  every = tuple(records)
+  records = [r for r in every if r.primary_probe != LOOKUP]
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   if pooled is None:
     pooled = pooling.pooled_records(records, matrices, **resampling)
+  pooled = {name: r for name, r in pooled.items() if r.primary_probe != LOOKUP}
   adjusted = multiplicity.adjusted_tests(records, pooled, matrices, seed=seed,
                                          num_permutations=num_permutations)
   pooled_judgments = (tuple(judgments.judge(list(pooled.values()), adjusted)) if pooled
                       else None)
   return Evidence(tuple(records), pooled, tuple(judgments.judge(records, adjusted)),
                   pooled_judgments, matrices, adjusted, **resampling,
-                  plan_flags=dict(plan_flags or {}))
+                  plan_flags=dict(plan_flags or {}), paper_records=every)
 
 
 def decide(records: Sequence[VariantRecord], matrices: correctness.Loader | None = None,
