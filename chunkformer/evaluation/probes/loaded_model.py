@@ -31,3 +31,8 @@ def adapt(trained: trained_lib.TrainedModel, predictor: trained_lib.Predictor):
   """``predictor``, mapped through the model's tokenizer if it was loaded with one."""
   mapping = token_map_lib.for_run(trained.workdir, trained.config)
   return predictor if mapping is None else MappedPredictor(predictor, mapping)
+
+
+def unmapped(predictor):
+  """The predictor under a ``MappedPredictor`` (rows already in the model's own ids)."""
+  return predictor.predictor if isinstance(predictor, MappedPredictor) else predictor
