@@ -15,7 +15,13 @@ from chunkformer.convert import qwen3
 from chunkformer.data import lookup_task, word_tokens
 from chunkformer.data import token_map as token_map_lib
 from chunkformer.data import tokenizer as tokenizer_lib
-from chunkformer.evaluation.probes import gate_cycling, head_knockout, loaded_model, lookup
+from chunkformer.evaluation.probes import (
+  gate_concentration,
+  gate_cycling,
+  head_knockout,
+  loaded_model,
+  lookup,
+)
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
@@ -144,5 +150,7 @@ def test_the_paper_probes_run_on_an_imported_model_in_its_own_words(imported, to
   prompts = lookup_task.generate(spec, 31)  # the probe's default seed
   right = prompts.correct(base(prompts.rows())["predictions"])
   np.testing.assert_array_equal(right.reshape(4, -1).mean(axis=1), record["clean"])
-  # full attention has no gates to cycle: the probe records nothing
+  # full attention has no gates: nothing to cycle, no gate to measure
   assert gate_cycling.probe(context, deltas=(1,), **words).record is None
+  concentration = gate_concentration.probe(context, rows=4, batch_size=4)
+  assert concentration.record["gates"] == [] and concentration.figures == []
