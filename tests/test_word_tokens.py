@@ -154,3 +154,17 @@ def test_the_paper_probes_run_on_an_imported_model_in_its_own_words(imported, to
   assert gate_cycling.probe(context, deltas=(1,), **words).record is None
   concentration = gate_concentration.probe(context, rows=4, batch_size=4)
   assert concentration.record["gates"] == [] and concentration.figures == []
+
+
+def test_the_words_sweep_config_sets_the_vocabulary_of_the_lookup_task_probes():
+  from chunkformer.evaluation.sweep.config import settings_from
+  from configs.sweeps import paper_protocol, paper_words
+
+  settings = settings_from(paper_words.get_config("runs/qwen3"))  # the registry's checks
+  assert set(settings.probes) == set(settings_from(paper_protocol.get_config("runs/q")).probes)
+  for name in ("lookup", "long_needle", "gate_cycling", "head_knockout"):
+    assert settings.probes[name]["vocabulary"] == "words"
+    assert settings.probes[name]["num_keys"] == 0  # present, so the command line can set it
+  assert "vocabulary" not in settings.probes["gate_concentration"]
+  with pytest.raises(ValueError, match="name run directories"):
+    paper_words.get_config()

@@ -3,7 +3,8 @@
 The needle shift sweep and the prefix probe build kv rows of abstract ids; for a run that is,
 or starts from, a model imported with a tokenizer, ``adapt`` wraps the predictor so that rows
 go in as the model's token ids and predictions come back as kv ids
-(``chunkformer/data/token_map.py``). Offsets and phases stay counted in tokens.
+(``chunkformer/data/token_map.py``). Offsets and phases stay counted in tokens. Rows already
+in the model's own ids (the lookup probes' ``words`` vocabulary) take ``unmapped``.
 """
 
 from __future__ import annotations
