@@ -168,3 +168,22 @@ def test_the_words_sweep_config_sets_the_vocabulary_of_the_lookup_task_probes():
   assert "vocabulary" not in settings.probes["gate_concentration"]
   with pytest.raises(ValueError, match="name run directories"):
     paper_words.get_config()
+
+
+def test_a_corpus_model_speaks_its_shards_tokenizer_a_plain_kv_run_none(tok, tmp_path):
+  from chunkformer.data import ingest
+
+  texts = tmp_path / "texts"
+  texts.mkdir()
+  for i in range(4):
+    (texts / f"{i}.txt").write_text(" ".join(word_bpe.WORDS[i::4]) + "\n")
+  shards = str(tmp_path / "shards")
+  ingest.ingest(str(texts / "*.txt"), word_bpe.save(str(tmp_path / "tok.json")), shards,
+                heldout_fraction=0.25, progress=False)
+  data = types.SimpleNamespace(task="corpus", path=shards, tokenizer="", heldout_fraction=0.25)
+  found = word_tokens.model_tokenizer("-", types.SimpleNamespace(data=data))
+  assert found.hash == tok.hash
+  assert word_tokens.single_token_words(found, 1000) == word_tokens.single_token_words(tok, 1000)
+  kv = types.SimpleNamespace(data=types.SimpleNamespace(task="kv"),
+                             init=types.SimpleNamespace(from_workdir=""))
+  assert word_tokens.model_tokenizer(str(tmp_path), kv) is None  # no pretrained.json
