@@ -187,3 +187,30 @@ def test_a_corpus_model_speaks_its_shards_tokenizer_a_plain_kv_run_none(tok, tmp
   kv = types.SimpleNamespace(data=types.SimpleNamespace(task="kv"),
                              init=types.SimpleNamespace(from_workdir=""))
   assert word_tokens.model_tokenizer(str(tmp_path), kv) is None  # no pretrained.json
+
+
+def test_curated_words_are_keys_or_values_and_the_rest_is_drawn_from_the_others(imported, tok):
+  context = ProbeContext(imported, None, "qwen3", (4,))
+  ids = {w: tok.encode(" " + w)[0] for w in word_bpe.WORDS}
+  animals = ("cat", "dog", " owl", "elk", "bee", "cow")  # a leading space is added if missing
+  spec = lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
+                            num_demos=8, padding="prefix", keys=animals, values=None,
+                            filler=None, bos="default", vocabulary="words", num_values=6)
+  assert spec.keys == tuple(ids[w.strip()] for w in animals) and len(spec.values) == 6
+  assert not set(spec.values) & set(spec.keys) and set(spec.values) <= set(ids.values())
+  names = ("Ann", "Bob", "Cy")
+  both = lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
+                            num_demos=8, padding="prefix", keys=animals, values=names,
+                            filler=None, bos=None, vocabulary="words")
+  assert both.values == tuple(ids[w] for w in names) and both.bos is None
+  assert tok.decode([both.filler]) == "\n"
+  with pytest.raises(ConfigError, match=r"'sweep\.probes\.lookup': keys: ' zebra' is not one "
+                                        r"token of tokenizer 'tokenizer.json'"):
+    lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
+                       num_demos=8, padding="prefix", keys=("cat", "zebra"), values=names,
+                       filler=None, bos="default", vocabulary="words")
+  with pytest.raises(ConfigError, match=r"'sweep\.probes\.lookup': keys: words .* need "
+                                        r"vocabulary = 'words'"):
+    lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
+                       num_demos=8, padding="prefix", keys=animals, values=(1, 2), filler=3,
+                       bos="default")

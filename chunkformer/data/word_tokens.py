@@ -9,6 +9,7 @@ seeded permutation of those words, sorted by id first, is split into disjoint ke
 sets, so the same tokenizer and seed always give the same sets. The filler is the first of
 ``FILLER_TEXTS`` that is one token; BOS is the tokenizer's document-start token (the one the
 corpus pipeline puts before every document), if it has one inside the model's vocabulary.
+``word_ids`` takes a curated list instead (the paper drew animal keys and name values).
 
 ``model_tokenizer`` finds the tokenizer a model speaks: the corpus' tokenizer for a model
 trained on task "corpus", else the tokenizer.json an imported checkpoint (or the run it starts
@@ -63,14 +64,48 @@ def single_token(tokenizer: tokenizer_lib.Tokenizer, text: str, model_vocab: int
   return int(ids[0]) if len(ids) == 1 and 0 <= ids[0] < model_vocab else None
 
 
+def word_ids(tokenizer: tokenizer_lib.Tokenizer, words, model_vocab: int,
+             field: str) -> tuple[int, ...]:
+  """Ids of given words (a curated list, as the paper's animals and names): each text, with a
+  leading space added if it has none, must be one token of the model's vocabulary; ints pass
+  as ids. ValueError naming ``field`` and the word otherwise."""
+  out = []
+  for word in words:
+    if not isinstance(word, str):
+      out.append(int(word))
+      continue
+    text = word if word.startswith(" ") else " " + word
+    token = single_token(tokenizer, text, model_vocab)
+    if token is None:
+      raise ValueError(f"{field}: {text!r} is not one token of tokenizer {tokenizer.name!r} "
+                       f"inside the model's vocabulary of {model_vocab} (it encodes to "
+                       f"{tokenizer.encode(text)})")
+    out.append(token)
+  return tuple(out)
+
+
+def filler_and_bos(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int) -> tuple[int, int | None]:
+  """The first of ``FILLER_TEXTS`` that is one token, and the document-start token if the
+  model has it; ValueError naming ``filler`` when none is one token."""
+  filler = next((f for f in (single_token(tokenizer, t, model_vocab) for t in FILLER_TEXTS)
+                 if f is not None), None)
+  if filler is None:
+    raise ValueError(f"filler: none of {', '.join(map(repr, FILLER_TEXTS))} is one token of "
+                     f"tokenizer {tokenizer.name!r}; give filler (a token id)")
+  bos = tokenizer.bos_id
+  return filler, bos if bos is not None and bos < model_vocab else None
+
+
 def choose(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int, *, seed: int = 0,
-           num_keys: int = 0, num_values: int = 0) -> WordTokens:
-  """``num_keys`` key and ``num_values`` value words, disjoint, drawn by ``seed`` (both 0:
-  every word found, split in halves; one 0: as many as the other). ValueError naming the
-  field when the tokenizer has too few words or no single-token filler."""
+           num_keys: int = 0, num_values: int = 0, exclude=()) -> WordTokens:
+  """``num_keys`` key and ``num_values`` value words, disjoint, drawn by ``seed`` from the
+  single-token words not in ``exclude`` (both 0: every word found, split in halves; one 0: as
+  many as the other). ValueError naming the field when the tokenizer has too few words or no
+  single-token filler."""
   if num_keys < 0 or num_values < 0:
     raise ValueError("num_keys: counts of words must be >= 0")
-  words = single_token_words(tokenizer, model_vocab)
+  excluded = {int(i) for i in exclude}
+  words = [i for i in single_token_words(tokenizer, model_vocab) if i not in excluded]
   if not num_keys and not num_values:
     num_keys = num_values = len(words) // 2
   else:
@@ -80,18 +115,11 @@ def choose(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int, *, seed: int = 
         f"num_keys: {num_keys} keys and {num_values} values need {max(num_keys + num_values, 2)}"
         f" single-token words; tokenizer {tokenizer.name!r} has {len(words)} within the model's "
         f"vocabulary of {model_vocab} (space-prefixed words of >= {MIN_LETTERS} ASCII letters "
-        "that encode back to one token)")
+        "that encode back to one token" + (", less those given" if excluded else "") + ")")
   order = np.asarray(words)[np.random.default_rng(seed).permutation(len(words))]
   keys = tuple(sorted(int(i) for i in order[:num_keys]))
   values = tuple(sorted(int(i) for i in order[num_keys:num_keys + num_values]))
-  filler = next((f for f in (single_token(tokenizer, t, model_vocab) for t in FILLER_TEXTS)
-                 if f is not None), None)
-  if filler is None:
-    raise ValueError(f"filler: none of {', '.join(map(repr, FILLER_TEXTS))} is one token of "
-                     f"tokenizer {tokenizer.name!r}; give filler (a token id)")
-  bos = tokenizer.bos_id if tokenizer.bos_id is not None and tokenizer.bos_id < model_vocab \
-      else None
-  return WordTokens(keys, values, filler, bos)
+  return WordTokens(keys, values, *filler_and_bos(tokenizer, model_vocab))
 
 
 def model_tokenizer(workdir: str, config) -> tokenizer_lib.Tokenizer | None:

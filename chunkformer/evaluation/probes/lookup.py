@@ -15,8 +15,9 @@ Tokens come from one of two vocabularies (option ``vocabulary``):
   an imported checkpoint's tokenizer.json or a corpus model's), disjoint keys and values drawn
   by ``word_seed`` (``num_keys``/``num_values``, 0: all words found, split in halves), its
   filler and BOS; rows are in the model's ids and go in unmapped.
-Given ``keys``, ``values``, ``filler`` or ``bos`` replace the vocabulary's. Rows are the
-model's ``data.seq_len`` tokens long.
+Given ``keys``, ``values``, ``filler`` or ``bos`` replace the vocabulary's (with ``words``,
+keys and values may be given as words, e.g. the paper's animals and names, each one token).
+Rows are the model's ``data.seq_len`` tokens long.
 """
 
 from __future__ import annotations
@@ -85,39 +86,50 @@ def check_vocabulary(field: str, vocabulary: str = TASK, word_seed: int = 0,
                       f"words; set vocabulary = {WORDS!r} too")
 
 
-def _vocabulary(context: ProbeContext, name: str, vocabulary: str, word_seed: int,
-                num_keys: int, num_values: int) -> dict[str, Any]:
-  """keys, values, filler, bos of the named vocabulary; ConfigError naming the probe."""
-  field = f"sweep.probes.{name}"
-  check_vocabulary(field, vocabulary, word_seed, num_keys, num_values)
+def _words(context: ProbeContext, given: dict[str, Any], word_seed: int, num_keys: int,
+           num_values: int) -> dict[str, Any]:
+  """keys, values, filler, bos in the model's own words: ``given`` keys or values as words
+  (strings) or ids, the rest drawn from its tokenizer's single-token words."""
   trained = context.trained
-  try:
-    if vocabulary == TASK:
-      return lookup_task.default_tokens(trained.config.data)
-    tokenizer = word_tokens.model_tokenizer(trained.workdir, trained.config)
-    if tokenizer is None:
-      raise ValueError(f"vocabulary: 'words' needs a model that speaks a tokenizer (an imported "
-                       f"checkpoint with tokenizer.json, or a corpus model); the run in "
-                       f"{trained.workdir!r} (task {trained.config.data.task!r}) has none")
-    return word_tokens.choose(tokenizer, trained.config.model.vocab_size, seed=word_seed,
-                              num_keys=num_keys, num_values=num_values).as_dict()
-  except (ValueError, ConfigError) as e:
-    raise ConfigError(f"config field '{field}': {e}") from None
+  tokenizer = word_tokens.model_tokenizer(trained.workdir, trained.config)
+  if tokenizer is None:
+    raise ValueError(f"vocabulary: 'words' needs a model that speaks a tokenizer (an imported "
+                     f"checkpoint with tokenizer.json, or a corpus model); the run in "
+                     f"{trained.workdir!r} (task {trained.config.data.task!r}) has none")
+  vocab = trained.config.model.vocab_size
+  lists = {k: word_tokens.word_ids(tokenizer, given[k], vocab, k)
+           for k in ("keys", "values") if given[k] is not None}
+  if len(lists) == 2:
+    filler, bos = word_tokens.filler_and_bos(tokenizer, vocab)
+    return {**lists, "filler": filler, "bos": bos}
+  taken = [i for ids in lists.values() for i in ids]
+  return {**word_tokens.choose(tokenizer, vocab, seed=word_seed, num_keys=num_keys,
+                               num_values=num_values, exclude=taken).as_dict(), **lists}
 
 
 def _tokens(context: ProbeContext, name: str, keys, values, filler, bos,
             vocabulary: str = TASK, word_seed: int = 0, num_keys: int = 0,
             num_values: int = 0) -> dict[str, Any]:
-  """keys, values, filler, bos: the options given, the vocabulary's for the rest."""
+  """keys, values, filler, bos: the options given, the vocabulary's for the rest; a
+  ConfigError naming ``sweep.probes.<name>`` and the option otherwise."""
+  field = f"sweep.probes.{name}"
+  check_vocabulary(field, vocabulary, word_seed, num_keys, num_values)
   given = {"keys": keys, "values": values, "filler": filler}
-  if vocabulary == TASK and all(v is not None for v in given.values()):
-    check_vocabulary(f"sweep.probes.{name}", vocabulary, word_seed, num_keys, num_values)
-    out = {k: tuple(int(i) for i in v) if k != "filler" else int(v) for k, v in given.items()}
-    out["bos"] = None if bos in (None, DEFAULT) else int(bos)
-    return out
-  out = _vocabulary(context, name, vocabulary, word_seed, num_keys, num_values)
+  try:
+    if vocabulary == WORDS:
+      out = _words(context, given, word_seed, num_keys, num_values)
+    else:
+      for k in ("keys", "values"):
+        if given[k] is not None and any(isinstance(i, str) for i in given[k]):
+          raise ValueError(f"{k}: words ({given[k][:3]}...) need vocabulary = {WORDS!r}")
+      if all(v is not None for v in given.values()):
+        out = {"bos": None if bos in (None, DEFAULT) else int(bos)}
+      else:
+        out = lookup_task.default_tokens(context.trained.config.data)
+  except (ValueError, ConfigError) as e:
+    raise ConfigError(f"config field '{field}': {e}") from None
   for k, v in given.items():
-    if v is not None:
+    if v is not None and not (vocabulary == WORDS and k != "filler"):
       out[k] = tuple(int(i) for i in v) if k != "filler" else int(v)
   if bos != DEFAULT:
     out["bos"] = None if bos is None else int(bos)
