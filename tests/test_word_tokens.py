@@ -195,8 +195,9 @@ def test_curated_words_are_keys_or_values_and_the_rest_is_drawn_from_the_others(
   animals = ("cat", "dog", " owl", "elk", "bee", "cow")  # a leading space is added if missing
   spec = lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,
                             num_demos=8, padding="prefix", keys=animals, values=None,
-                            filler=None, bos="default", vocabulary="words", num_values=6)
-  assert spec.keys == tuple(ids[w.strip()] for w in animals) and len(spec.values) == 6
+                            filler=None, bos="default", vocabulary="words", num_values=18)
+  # only the values are drawn: all 18 words that are not given keys
+  assert spec.keys == tuple(ids[w.strip()] for w in animals) and len(spec.values) == 18
   assert not set(spec.values) & set(spec.keys) and set(spec.values) <= set(ids.values())
   names = ("Ann", "Bob", "Cy")
   both = lookup.lookup_spec(context, "lookup", modulus=4, prompts_per_residue=0, num_records=0,

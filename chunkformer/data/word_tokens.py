@@ -97,22 +97,29 @@ def filler_and_bos(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int) -> tupl
 
 
 def choose(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int, *, seed: int = 0,
-           num_keys: int = 0, num_values: int = 0, exclude=()) -> WordTokens:
+           num_keys: int = 0, num_values: int = 0, exclude=(),
+           draw: tuple[str, ...] = ("keys", "values")) -> WordTokens:
   """``num_keys`` key and ``num_values`` value words, disjoint, drawn by ``seed`` from the
   single-token words not in ``exclude`` (both 0: every word found, split in halves; one 0: as
-  many as the other). ValueError naming the field when the tokenizer has too few words or no
+  many as the other); only the sets named in ``draw`` (the other is empty; its count 0 means
+  every word). ValueError naming the field when the tokenizer has too few words or no
   single-token filler."""
   if num_keys < 0 or num_values < 0:
     raise ValueError("num_keys: counts of words must be >= 0")
   excluded = {int(i) for i in exclude}
   words = [i for i in single_token_words(tokenizer, model_vocab) if i not in excluded]
-  if not num_keys and not num_values:
+  if "keys" not in draw:
+    num_keys, num_values = 0, num_values or len(words)
+  elif "values" not in draw:
+    num_keys, num_values = num_keys or len(words), 0
+  elif not num_keys and not num_values:
     num_keys = num_values = len(words) // 2
   else:
     num_keys, num_values = num_keys or num_values, num_values or num_keys
-  if len(words) < max(num_keys + num_values, 2):
+  need = max(num_keys + num_values, len(draw))  # at least one word in every set drawn
+  if len(words) < need:
     raise ValueError(
-        f"num_keys: {num_keys} keys and {num_values} values need {max(num_keys + num_values, 2)}"
+        f"num_keys: {num_keys} keys and {num_values} values need {need}"
         f" single-token words; tokenizer {tokenizer.name!r} has {len(words)} within the model's "
         f"vocabulary of {model_vocab} (space-prefixed words of >= {MIN_LETTERS} ASCII letters "
         "that encode back to one token" + (", less those given" if excluded else "") + ")")

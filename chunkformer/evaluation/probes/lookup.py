@@ -103,8 +103,10 @@ def _words(context: ProbeContext, given: dict[str, Any], word_seed: int, num_key
     filler, bos = word_tokens.filler_and_bos(tokenizer, vocab)
     return {**lists, "filler": filler, "bos": bos}
   taken = [i for ids in lists.values() for i in ids]
-  return {**word_tokens.choose(tokenizer, vocab, seed=word_seed, num_keys=num_keys,
-                               num_values=num_values, exclude=taken).as_dict(), **lists}
+  drawn = word_tokens.choose(tokenizer, vocab, seed=word_seed, num_keys=num_keys,
+                             num_values=num_values, exclude=taken,
+                             draw=tuple(k for k in ("keys", "values") if k not in lists))
+  return {**drawn.as_dict(), **lists}
 
 
 def _tokens(context: ProbeContext, name: str, keys, values, filler, bos,
