@@ -82,15 +82,16 @@ def _fix_sum(q: np.ndarray, want: int, qlo: int, qhi: int) -> np.ndarray:
   return q
 
 
-def _pair_move(counts: np.ndarray, diff: int) -> tuple[int, int, int] | None:
+def _pair_move(counts: np.ndarray, diff: int,
+               overshoot: bool = False) -> tuple[int, int, int] | None:
   """(a, b, change): the pair move that changes the sum of squares by ``change`` towards
-  ``diff`` without passing it: spread (a, b) -> (a - 1, b + 1) adds 2 (b - a) + 2, gather
-  (a, b) -> (a + 1, b - 1) removes 2 (b - a) - 2; the closest pair first (the finest step),
-  then the most crowded one."""
+  ``diff`` without passing it (with ``overshoot``: the finest move, which may pass it): spread
+  (a, b) -> (a - 1, b + 1) adds 2 (b - a) + 2, gather (a, b) -> (a + 1, b - 1) removes
+  2 (b - a) - 2; the closest pair first (the finest step), then the most crowded one."""
   size = counts.size
   if diff > 0:
     for d in range(size):
-      if 2 * d + 2 > diff:
+      if 2 * d + 2 > diff and not overshoot:
         return None
       a = np.arange(1, size - 1 - d)
       ok = a[(counts[a] >= (2 if d == 0 else 1)) & (counts[a + d] >= 1)]
@@ -99,7 +100,7 @@ def _pair_move(counts: np.ndarray, diff: int) -> tuple[int, int, int] | None:
         return a, a + d, 2 * d + 2
     return None
   for d in range(2, size):
-    if 2 * d - 2 > -diff:
+    if 2 * d - 2 > -diff and not overshoot:
       return None
     a = np.arange(0, size - d)
     ok = a[(counts[a] >= 1) & (counts[a + d] >= 1)]
@@ -115,8 +116,13 @@ def _fix_squares(q: np.ndarray, want: int, qlo: int, qhi: int) -> np.ndarray:
   diff = want - int(np.sum(counts * values * values))
   if diff % 2:
     raise AssertionError("sum of squares of the wrong parity")  # excluded by group_step
+  overshoots = 0
   while diff:
     move = _pair_move(counts, diff)
+    if move is None and overshoots < counts.size:
+      # No move fits inside diff (e.g. +2 needs two positions in one bin): pass it with the
+      # finest move there is and come back from the other side.
+      move, overshoots = _pair_move(counts, diff, overshoot=True), overshoots + 1
     if move is None:
       raise ValueError("position range too narrow to match the group variances")
     a, b, change = move

@@ -121,10 +121,12 @@ def accuracy_by_delta(params: Any, predict_with: PredictWith, prompts: lookup_ta
   return accuracy, outcomes
 
 
-def _predict_with(trained: trained_lib.TrainedModel, batch_size: int) -> PredictWith:
-  """One jitted predictor whose parameters are swapped per call (compiled once)."""
+def _predict_with(trained: trained_lib.TrainedModel, batch_size: int,
+                  mapped: bool = True) -> PredictWith:
+  """One jitted predictor whose parameters are swapped per call (compiled once); kv rows are
+  mapped into a loaded model's tokens unless ``mapped`` is False (rows in its own ids)."""
   base = trained_lib.Predictor(trained, batch_size)
-  predictor = loaded_model.adapt(trained, base)
+  predictor = loaded_model.adapt(trained, base) if mapped else base
 
   def run(params, rows):
     base.trained = dataclasses.replace(trained, params=params)
@@ -136,8 +138,9 @@ def probe(context: ProbeContext, deltas: Sequence[int] = (1, -1, 2, -2, 3, -3),
           prompts_per_residue: int = 0, num_records: int = 0, num_demos: int = 8,
           padding: str = "prefix", seed: int = 4242, batch_size: int = 32,
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
-          filler: int | None = None, bos: int | str | None = lookup_probe.DEFAULT
-          ) -> ProbeResult:
+          filler: int | None = None, bos: int | str | None = lookup_probe.DEFAULT,
+          vocabulary: str = lookup_probe.TASK, word_seed: int = 0, num_keys: int = 0,
+          num_values: int = 0) -> ProbeResult:
   """The ``gate_cycling`` entry of ``PROBES`` (W = S models; others record None): lookup
   accuracy by phase after cycling the gates by each of ``deltas``. Matrices
   ``gate_cycling_delta<+d>``: outcomes [prompts per phase, phase]."""
@@ -152,10 +155,13 @@ def probe(context: ProbeContext, deltas: Sequence[int] = (1, -1, 2, -2, 3, -3),
   spec = lookup_probe.lookup_spec(context, "gate_cycling", modulus=stride,
                                   prompts_per_residue=prompts_per_residue,
                                   num_records=num_records, num_demos=num_demos, padding=padding,
-                                  keys=keys, values=values, filler=filler, bos=bos)
+                                  keys=keys, values=values, filler=filler, bos=bos,
+                                  vocabulary=vocabulary, word_seed=word_seed,
+                                  num_keys=num_keys, num_values=num_values)
   prompts = lookup_task.generate(spec, seed)
-  accuracy, outcomes = accuracy_by_delta(trained.params, _predict_with(trained, batch_size),
-                                         prompts, tuple(deltas), stride)
+  predict_with = _predict_with(trained, batch_size, mapped=vocabulary == lookup_probe.TASK)
+  accuracy, outcomes = accuracy_by_delta(trained.params, predict_with, prompts, tuple(deltas),
+                                         stride)
   matrices = {f"delta{d:+d}" if d else "delta0": correctness.Matrix(o, np.arange(stride))
               for d, o in outcomes.items()}
   figure = Figure(f"{context.unit}: accuracy by phase after each gate cycle", "cycling",

@@ -51,15 +51,16 @@ class Knockout:
   """A jitted forward pass that records or replaces the final position's per-head attention
   outputs: ``final_heads(rows)`` -> [N, L, H, D]; ``run(rows, means_LxHxD, mask_LxH)`` ->
   (predictions [N, T], final heads [N, L, H, D], final logits [N, V]) with the masked heads of
-  each layer replaced at the final position; ``predict`` -> the predictions alone."""
+  each layer replaced at the final position; ``predict`` -> the predictions alone. Rows are
+  kv rows mapped into a loaded model's tokens, or its own ids with ``mapped`` False."""
 
-  def __init__(self, trained: trained_lib.TrainedModel, batch_size: int):
+  def __init__(self, trained: trained_lib.TrainedModel, batch_size: int, mapped: bool = True):
     self.trained, self.batch_size = trained, batch_size
     m = trained.config.model
     if m.scan_layers:
       raise ValueError("head_knockout reads unscanned models (model.scan_layers = False)")
     self.layers, self.heads, self.dim = m.num_layers, m.num_heads, m.head_dim
-    self.token_map = token_map_lib.for_run(trained.workdir, trained.config)
+    self.token_map = token_map_lib.for_run(trained.workdir, trained.config) if mapped else None
     model = trained.runtime.model
 
     def forward(params, inputs, positions, segment_ids, means_LxHxD, mask_LxH):
@@ -151,8 +152,9 @@ def probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: int = 0,
           num_records: int = 0, num_demos: int = 8, padding: str = "prefix", seed: int = 31,
           calibration_seed: int = 32, batch_size: int = 32,
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
-          filler: int | None = None, bos: int | str | None = lookup_probe.DEFAULT
-          ) -> ProbeResult:
+          filler: int | None = None, bos: int | str | None = lookup_probe.DEFAULT,
+          vocabulary: str = lookup_probe.TASK, word_seed: int = 0, num_keys: int = 0,
+          num_values: int = 0) -> ProbeResult:
   """The ``head_knockout`` entry of ``PROBES``: the knockout map on the lookup task (one
   padding mode, residues mod ``modulus``); the calibration prompts are drawn with
   ``calibration_seed`` (disjoint draws from the evaluation prompts' ``seed``). Records the
@@ -165,11 +167,13 @@ def probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: int = 0,
                                   prompts_per_residue=prompts_per_residue,
                                   num_records=num_records, num_demos=num_demos,
                                   padding=padding, keys=keys, values=values, filler=filler,
-                                  bos=bos)
+                                  bos=bos, vocabulary=vocabulary, word_seed=word_seed,
+                                  num_keys=num_keys, num_values=num_values)
   prompts = lookup_task.generate(spec, seed)
   calibration = lookup_task.generate(spec, calibration_seed)
   model = context.trained.config.model
-  found = knockout_map(Knockout(context.trained, batch_size), prompts, calibration,
+  knockout = Knockout(context.trained, batch_size, mapped=vocabulary == lookup_probe.TASK)
+  found = knockout_map(knockout, prompts, calibration,
                        model.num_kv_heads)
   clean = _by_residue(found["clean"], prompts)
   heads, matrices = [], {}

@@ -3,7 +3,8 @@
 The needle shift sweep and the prefix probe build kv rows of abstract ids; for a run that is,
 or starts from, a model imported with a tokenizer, ``adapt`` wraps the predictor so that rows
 go in as the model's token ids and predictions come back as kv ids
-(``chunkformer/data/token_map.py``). Offsets and phases stay counted in tokens.
+(``chunkformer/data/token_map.py``). Offsets and phases stay counted in tokens. Rows already
+in the model's own ids (the lookup probes' ``words`` vocabulary) take ``unmapped``.
 """
 
 from __future__ import annotations
@@ -31,3 +32,8 @@ def adapt(trained: trained_lib.TrainedModel, predictor: trained_lib.Predictor):
   """``predictor``, mapped through the model's tokenizer if it was loaded with one."""
   mapping = token_map_lib.for_run(trained.workdir, trained.config)
   return predictor if mapping is None else MappedPredictor(predictor, mapping)
+
+
+def unmapped(predictor):
+  """The predictor under a ``MappedPredictor`` (rows already in the model's own ids)."""
+  return predictor.predictor if isinstance(predictor, MappedPredictor) else predictor

@@ -6,10 +6,18 @@ score the greedy full-vocabulary prediction at the fixed query position and repo
 residue of the target key's position (``residue_accuracy``), the validation loss the run
 recorded, and the outcome matrices (``<probe>_<mode>``: prompts x residue).
 
-Tokens default to the model's own task vocabulary (kv symbols split into keys and values, or
-letters of the byte-level code task); a loaded model with a tokenizer gets kv rows through its
-token map (``context.predict`` maps them). Other tasks must name ``keys``, ``values`` and
-``filler``. Rows are the model's ``data.seq_len`` tokens long.
+Tokens come from one of two vocabularies (option ``vocabulary``):
+- ``task`` (default): the model's own task vocabulary (kv symbols split into keys and values,
+  or letters of the byte-level code task); a loaded model with a tokenizer gets kv rows through
+  its token map (``context.predict`` maps them). Other tasks must name ``keys``, ``values`` and
+  ``filler``.
+- ``words``: single-token words of the model's tokenizer (``chunkformer/data/word_tokens.py``;
+  an imported checkpoint's tokenizer.json or a corpus model's), disjoint keys and values drawn
+  by ``word_seed`` (``num_keys``/``num_values``, 0: all words found, split in halves), its
+  filler and BOS; rows are in the model's ids and go in unmapped.
+Given ``keys``, ``values``, ``filler`` or ``bos`` replace the vocabulary's (with ``words``,
+keys and values may be given as words, e.g. the paper's animals and names, each one token).
+Rows are the model's ``data.seq_len`` tokens long.
 """
 
 from __future__ import annotations
@@ -23,13 +31,16 @@ import numpy as np
 
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
-from chunkformer.data import long_needle, lookup_task, matched_positions
+from chunkformer.data import long_needle, lookup_task, matched_positions, word_tokens
 from chunkformer.evaluation import stats
+from chunkformer.evaluation.probes import loaded_model
 from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.stats import residue_accuracy
 
-DEFAULT = "default"  # BOS option: the task's own BOS token
+DEFAULT = "default"  # BOS option: the vocabulary's own BOS token
+TASK, WORDS = "task", "words"  # the ``vocabulary`` option (module docstring)
+VOCABULARIES = (TASK, WORDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,23 +72,77 @@ def validation_loss(workdir: str) -> float | None:
   return None if loss is None else float(loss)
 
 
-def _tokens(context: ProbeContext, name: str, keys, values, filler, bos) -> dict[str, Any]:
-  """keys, values, filler, bos: the options given, the task's defaults for the rest."""
+def check_vocabulary(field: str, vocabulary: str = TASK, word_seed: int = 0,
+                     num_keys: int = 0, num_values: int = 0, **_) -> None:
+  """ConfigError naming ``field`` (``sweep.probes.<name>``) and the option for vocabulary
+  options that cannot work; needs no model (the registry runs it before training)."""
+  if vocabulary not in VOCABULARIES:
+    raise ConfigError(f"config field '{field}': vocabulary: {vocabulary!r} is not one of "
+                      f"{', '.join(VOCABULARIES)}")
+  for option, value in (("num_keys", num_keys), ("num_values", num_values)):
+    if not isinstance(value, int) or value < 0:
+      raise ConfigError(f"config field '{field}': {option}: {value!r} is not a count >= 0")
+  if vocabulary == TASK and (word_seed or num_keys or num_values):
+    raise ConfigError(f"config field '{field}': word_seed, num_keys and num_values choose "
+                      f"words; set vocabulary = {WORDS!r} too")
+
+
+def _words(context: ProbeContext, given: dict[str, Any], word_seed: int, num_keys: int,
+           num_values: int) -> dict[str, Any]:
+  """keys, values, filler, bos in the model's own words: ``given`` keys or values as words
+  (strings) or ids, the rest drawn from its tokenizer's single-token words."""
+  trained = context.trained
+  tokenizer = word_tokens.model_tokenizer(trained.workdir, trained.config)
+  if tokenizer is None:
+    raise ValueError(f"vocabulary: 'words' needs a model that speaks a tokenizer (an imported "
+                     f"checkpoint with tokenizer.json, or a corpus model); the run in "
+                     f"{trained.workdir!r} (task {trained.config.data.task!r}) has none")
+  vocab = trained.config.model.vocab_size
+  lists = {k: word_tokens.word_ids(tokenizer, given[k], vocab, k)
+           for k in ("keys", "values") if given[k] is not None}
+  if len(lists) == 2:
+    filler, bos = word_tokens.filler_and_bos(tokenizer, vocab)
+    return {**lists, "filler": filler, "bos": bos}
+  taken = [i for ids in lists.values() for i in ids]
+  drawn = word_tokens.choose(tokenizer, vocab, seed=word_seed, num_keys=num_keys,
+                             num_values=num_values, exclude=taken,
+                             draw=tuple(k for k in ("keys", "values") if k not in lists))
+  return {**drawn.as_dict(), **lists}
+
+
+def _tokens(context: ProbeContext, name: str, keys, values, filler, bos,
+            vocabulary: str = TASK, word_seed: int = 0, num_keys: int = 0,
+            num_values: int = 0) -> dict[str, Any]:
+  """keys, values, filler, bos: the options given, the vocabulary's for the rest; a
+  ConfigError naming ``sweep.probes.<name>`` and the option otherwise."""
+  field = f"sweep.probes.{name}"
+  check_vocabulary(field, vocabulary, word_seed, num_keys, num_values)
   given = {"keys": keys, "values": values, "filler": filler}
-  if all(v is not None for v in given.values()):
-    out = {k: tuple(int(i) for i in v) if k != "filler" else int(v) for k, v in given.items()}
-    out["bos"] = None if bos in (None, DEFAULT) else int(bos)
-    return out
   try:
-    out = lookup_task.default_tokens(context.trained.config.data)
-  except ValueError as e:
-    raise ConfigError(f"config field 'sweep.probes.{name}': {e}") from None
+    if vocabulary == WORDS:
+      out = _words(context, given, word_seed, num_keys, num_values)
+    else:
+      for k in ("keys", "values"):
+        if given[k] is not None and any(isinstance(i, str) for i in given[k]):
+          raise ValueError(f"{k}: words ({given[k][:3]}...) need vocabulary = {WORDS!r}")
+      if all(v is not None for v in given.values()):
+        out = {"bos": None if bos in (None, DEFAULT) else int(bos)}
+      else:
+        out = lookup_task.default_tokens(context.trained.config.data)
+  except (ValueError, ConfigError) as e:
+    raise ConfigError(f"config field '{field}': {e}") from None
   for k, v in given.items():
-    if v is not None:
+    if v is not None and not (vocabulary == WORDS and k != "filler"):
       out[k] = tuple(int(i) for i in v) if k != "filler" else int(v)
   if bos != DEFAULT:
     out["bos"] = None if bos is None else int(bos)
   return out
+
+
+def predictor(context: ProbeContext, vocabulary: str):
+  """The context's predictor for rows of ``vocabulary``: words are the model's own ids, so a
+  loaded model's token map is bypassed."""
+  return context.predict if vocabulary == TASK else loaded_model.unmapped(context.predict)
 
 
 def _stride(context: ProbeContext, stride: int) -> int | None:
@@ -88,14 +153,24 @@ def _per_residue(modulus: int, prompts_per_residue: int) -> int:
   return prompts_per_residue or matched_positions.smallest_group(modulus)
 
 
-def _score(context: ProbeContext, prompts: lookup_task.Prompts, stride: int | None):
-  predictions = context.predict(prompts.rows())["predictions"]
+def _score(predict, prompts: lookup_task.Prompts, stride: int | None):
+  predictions = predict(prompts.rows())["predictions"]
   outcomes = prompts.correct(predictions)
   summary = residue_accuracy.summarize(outcomes, prompts.residues, prompts.modulus, stride)
   matrix = correctness.Matrix(
       residue_accuracy.by_residue(outcomes, prompts.residues, prompts.modulus).astype(np.float64),
       np.arange(prompts.modulus))
   return summary, matrix
+
+
+def _vocabulary_settings(spec, vocabulary: str, word_seed: int, num_keys: int,
+                         num_values: int) -> dict[str, Any]:
+  """The record's account of a words vocabulary (the task's adds nothing): the seed and the
+  counts drawn, the filler and BOS ids."""
+  if vocabulary == TASK:
+    return {}
+  return {"vocabulary": WORDS, "word_seed": word_seed, "num_keys": len(spec.keys),
+          "num_values": len(spec.values), "filler": spec.filler, "bos": spec.bos}
 
 
 def _checked(spec, name: str):
@@ -110,10 +185,12 @@ def _checked(spec, name: str):
 
 def lookup_spec(context: ProbeContext, name: str, *, modulus: int, prompts_per_residue: int,
                 num_records: int, num_demos: int, padding: str, keys, values, filler,
-                bos) -> lookup_task.LookupSpec:
+                bos, vocabulary: str = TASK, word_seed: int = 0, num_keys: int = 0,
+                num_values: int = 0) -> lookup_task.LookupSpec:
   """The lookup task of probe ``name`` on the context's model (defaults as in ``probe``),
   checked: a ConfigError naming ``sweep.probes.<name>`` and the field otherwise."""
-  tokens = _tokens(context, name, keys, values, filler, bos)
+  tokens = _tokens(context, name, keys, values, filler, bos, vocabulary, word_seed, num_keys,
+                   num_values)
   spec = lookup_task.LookupSpec(seq_len=context.trained.config.data.seq_len, modulus=modulus,
                                 num_demos=num_demos, padding=padding,
                                 prompts_per_residue=_per_residue(modulus, prompts_per_residue),
@@ -129,7 +206,8 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
           num_records: int = 0, num_demos: int = 8,
           paddings: Sequence[str] = lookup_task.PADDINGS, seed: int = 2609, stride: int = 0,
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
-          filler: int | None = None, bos: int | str | None = DEFAULT) -> ProbeResult:
+          filler: int | None = None, bos: int | str | None = DEFAULT, vocabulary: str = TASK,
+          word_seed: int = 0, num_keys: int = 0, num_values: int = 0) -> ProbeResult:
   """The ``lookup`` entry of ``PROBES``: the lookup task in each of ``paddings``.
 
   ``prompts_per_residue`` 0 takes the smallest group that matches exactly (576 for modulus
@@ -138,20 +216,23 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
   ``stride`` 0 is the model's chunk size (the stride-repeat check).
   """
   s = _stride(context, stride)
+  words = dict(vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
+               num_values=num_values)
   modes, matrices, spec = {}, {}, None
   for padding in paddings:
     spec = lookup_spec(context, "lookup", modulus=modulus,
                        prompts_per_residue=prompts_per_residue, num_records=num_records,
                        num_demos=num_demos, padding=padding, keys=keys, values=values,
-                       filler=filler, bos=bos)
-    modes[padding], matrices[padding] = _score(context, lookup_task.generate(spec, seed), s)
+                       filler=filler, bos=bos, **words)
+    modes[padding], matrices[padding] = _score(predictor(context, vocabulary),
+                                               lookup_task.generate(spec, seed), s)
   if spec is None:
     raise ConfigError("config field 'sweep.probes.lookup.paddings': name at least one of "
                       f"{', '.join(lookup_task.PADDINGS)}")
   result = ResidueTest("lookup", spec.seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), modes,
                        {"num_records": spec.num_records, "num_demos": spec.num_demos,
-                        "seed": seed})
+                        "seed": seed, **_vocabulary_settings(spec, **words)})
   return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
 
 
@@ -203,19 +284,23 @@ def needle_probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: i
                  key_len: int = 2, value_len: int = 2, spread: int = 0, seed: int = 128,
                  stride: int = 0, keys: Sequence[int] | None = None,
                  values: Sequence[int] | None = None, filler: int | None = None,
-                 bos: int | str | None = DEFAULT) -> ProbeResult:
+                 bos: int | str | None = DEFAULT, vocabulary: str = TASK, word_seed: int = 0,
+                 num_keys: int = 0, num_values: int = 0) -> ProbeResult:
   """The ``long_needle`` entry of ``PROBES``: records of ``key_len + value_len`` tokens
   filling the model's context, the target within +-``spread`` (0: two periods) of the
   middle, all answer tokens right = retrieved. Matrix ``long_needle_needle``."""
-  tokens = _tokens(context, "long_needle", keys, values, filler, bos)
+  words = dict(vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
+               num_values=num_values)
+  tokens = _tokens(context, "long_needle", keys, values, filler, bos, **words)
   seq_len = context.trained.config.data.seq_len
   spec = _checked(long_needle.NeedleSpec(
       seq_len=seq_len, key_len=key_len, value_len=value_len, modulus=modulus, spread=spread,
       prompts_per_residue=_per_residue(modulus, prompts_per_residue), **tokens), "long_needle")
   s = _stride(context, stride)
-  summary, matrix = _score(context, long_needle.generate(spec, seed), s)
+  summary, matrix = _score(predictor(context, vocabulary), long_needle.generate(spec, seed), s)
   result = ResidueTest("long_needle", seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), {"needle": summary},
                        {"key_len": key_len, "value_len": value_len,
-                        "window": list(spec.window()), "seed": seed})
+                        "window": list(spec.window()), "seed": seed,
+                        **_vocabulary_settings(spec, **words)})
   return ProbeResult(result.to_record(), {"needle": matrix})

@@ -13,6 +13,7 @@ does this with a toy probe).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,9 @@ PROBES: dict[str, Probe] = {
 OPTION_CHECKS: dict[str, Any] = {
     "eviction_needles": eviction_needles.check_options,  # the listed policies and prompt end
 }
+# The lookup-task probes' vocabulary options (``lookup.check_vocabulary``).
+OPTION_CHECKS.update({name: functools.partial(lookup.check_vocabulary, f"sweep.probes.{name}")
+                      for name in ("lookup", "long_needle", "gate_cycling", "head_knockout")})
 
 
 def check(probes: Mapping[str, Any]) -> None:
