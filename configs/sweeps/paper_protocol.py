@@ -47,7 +47,7 @@ CPU_UNITS = {
 # PLAN.md section 2: B = min(3000, 2 s*), s* the calibration's first step at >= 0.95 held-out
 # accuracy (results/paper_protocol/RUN.md, "Calibration").
 CPU_STEPS = None
-LOOKUP = {"num_records": 64, "num_demos": 8}  # the paper's R and D (PLAN.md section 3)
+LOOKUP = {"num_records": 16, "num_demos": 8}  # the CPU size's R and D (PLAN.md section 3)
 CPU_PROBES = {
     "lookup": {"modulus": 24, **LOOKUP},
     "head_knockout": {"modulus": 8, **LOOKUP},
