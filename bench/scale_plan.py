@@ -137,9 +137,10 @@ def compile_case(case: dict) -> dict:
     set_field(c, path, value)
   config = config_lib.from_dict(c.to_dict())
   rt = runtime_lib.build(config)
-  probe = data_lib.make_batch(config_lib.from_dict(
-      dict(c.to_dict(), data=dict(c.data.to_dict(), seq_len=64, batch_size=1))).data,
-      seed=0, step=0, split="train")
+  # The batch's keys and dtypes, from a short row (only the data section: a model check such
+  # as top-k against the row's entries would refuse a 64-token row).
+  probe = data_lib.make_batch(dataclasses.replace(config.data, seq_len=64, batch_size=1),
+                              seed=0, step=0, split="train")
   batch = {k: jax.ShapeDtypeStruct((config.data.batch_size, config.data.seq_len), v.dtype,
                                    sharding=rt.batch_sharding) for k, v in probe.items()}
   step = trainer.make_train_step(rt)
