@@ -158,9 +158,10 @@ def write(rows: list[dict], compiled: dict[str, dict], meta: dict, out_base: str
       "(the step's arguments); the bytes above it are taken as linear in the rows, so the "
       "largest micro-batch that fits one H200 at 90% of 141 GB, and the gradient accumulation "
       "that makes 64 rows, are extrapolations from one row. `memory from`: the run compiled "
-      "for this row (itself, or one that differs only in fields that change no buffer but "
-      "parameters: its state corrected by 12 bytes per parameter of difference, the peak by "
-      "16, an estimate).", "",
+      "for this row (itself, or one that differs from it only in fields that change the "
+      "parameters and no buffer beyond one layer's gate logits (`SHAPE_NEUTRAL` in "
+      "bench/paper_scale_plan.py): its state corrected by 12 bytes per parameter of "
+      "difference, the peak by 16, an estimate).", "",
       f"| run | params | analytic GFLOP/token | est. {DEVICE}-hours at {mfu:.0%} MFU | memory "
       "from | state GiB | peak GiB (1 row) | GiB per extra row | max rows on one H200 | "
       "micro-batch x accumulation = 64 | peak GiB at that micro-batch |",
