@@ -20,13 +20,13 @@ T = 50
 SEGMENTS = [0] * 19 + [1] * (T - 19)  # two documents: a tail and a top-k per document
 
 CASES = {
-    # The paper's uncompressed-tail row (W8/S8 windows on the S grid, "start", no local window)
-    # with two kv heads, its grid shifted by a chunk offset (tail starts off the block grid),
+    # The uncompressed tail on the paper's grid (W8/S6 windows on the S grid, "start": the
+    # tail reaches back to the document start until its first window closes; no local window)
+    # with two kv heads, the grid shifted by a chunk offset (tail starts off the block grid),
     # and the simple indexer's top-k (straight-through logit bias).
     "fixed_tail_topk": dict(num_kv_heads=2, attn=dict(
-        chunk_size=8, compress_window=8, compress_window_align="start", offset_maps="per_offset",
-        gate="scalar", shared_kv=False, entry_norm="keys", window=0, tail=True, chunk_offset=3,
-        topk=2, indexer="simple")),
+        chunk_size=6, compress_window=8, compress_window_align="start", window=0, tail=True,
+        chunk_offset=3, topk=2, indexer="simple")),
     # DeepSeek-V4's CSA: overlap (W = 2S), vector gates, tied K/V, the lightning indexer's
     # top-k (trained by its KL), V4 projections, a sink.
     "v4_lightning": dict(num_kv_heads=1, attn=dict(
