@@ -143,7 +143,8 @@ def write(rows: list[dict], compiled: dict[str, dict], meta: dict, out_base: str
   lines = [
       "# The paper's sweep at its own size: memory plan and device-hours per run", "",
       f"Command: `{meta['command']}`  ",
-      f"Date: {meta['date']}, commit {meta['commit']}, load average at start / end: "
+      f"Date: {meta['date']}{' - ' + meta['date_end'] if meta.get('date_end') else ''}, "
+      f"commit {meta['commit']}, load average at start / end: "
       f"{meta['load_start']} / {meta.get('load_end', '?')} (2 shared CPU cores).", "",
       "Every run of `configs/paper/runs.py` at size `paper`: Qwen3-0.6B's shape (28 layers, "
       "width 1024, 16 query heads of 128, vocabulary 151936), bf16 compute, float32 parameters "
