@@ -57,6 +57,44 @@ sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py woul
 DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
 MESHES = {1: (1, 1, 1), 8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
 FIT_FRACTION = 0.9
+# Plan variants beyond configs/lm/qwen3_0p6b.py's: (its variant, dotted field overrides).
+PLAN_VARIANTS = {
+    # The uncompressed tail instead of the local window: raw tokens of the open chunk only.
+    "fixed_tail": ("fixed", {"model.attention.window": 0, "model.attention.tail": True}),
+    # DeepSeek-V4's layout with the lightning indexer keeping the top 512 entries per query in
+    # the CSA layers (HCA layers attend to every entry).
+    "v4_indexer": ("v4", {
+        "model.layer_pattern": "chunk_size=4,overlap=true,topk=512;chunk_size=128",
+        "model.attention.layout": "deepseek_v4", "model.attention.indexer": "lightning",
+        "model.attention.query_rank": 512, "model.attention.output_groups": 4,
+        "model.attention.output_rank": 512, "model.attention.index_heads": 8,
+        "model.attention.index_head_dim": 128}),
+}
+
+
+def base_config(case: dict):
+  """The ConfigDict of a case before the plan's mesh, batch and implementation settings:
+  config "paper" = configs/paper/runs.py's run ``variant`` at size paper, else qwen3_0p6b's
+  (or qwen3_tiny's) ``variant`` (a plan variant: its base variant and overrides)."""
+  if case["config"] == "paper":
+    from configs.paper import runs
+    return runs.get_run_config(case["variant"], "paper")
+  from configs.lm import qwen3_0p6b, qwen3_tiny
+
+  module = qwen3_tiny if case["config"] == "qwen3_tiny" else qwen3_0p6b
+  variant, overrides = PLAN_VARIANTS.get(case["variant"], (case["variant"], {}))
+  c = module.get_config(variant)
+  for path, value in overrides.items():
+    set_field(c, path, value)
+  return c
+
+
+def set_field(c, path: str, value) -> None:
+  *parents, leaf = path.split(".")
+  node = c
+  for name in parents:
+    node = node[name]
+  node[leaf] = value
 
 
 def cases(small: bool, device_counts, seq_lens, variants, remats):
@@ -78,10 +116,8 @@ def compile_case(case: dict) -> dict:
   from chunkformer import flops, trainer
   from chunkformer import runtime as runtime_lib
   from chunkformer import train_state as state_lib
-  from configs.lm import qwen3_0p6b, qwen3_tiny
 
-  module = qwen3_tiny if case["config"] == "qwen3_tiny" else qwen3_0p6b
-  c = module.get_config(case["variant"])
+  c = base_config(case)
   data, fsdp, tensor = MESHES[case["devices"]]
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = data, fsdp, tensor
   c.model.remat = case["remat"]
@@ -98,16 +134,13 @@ def compile_case(case: dict) -> dict:
   if case["config"] == "qwen3_tiny":
     c.model.num_layers = 2  # --small: the CI check, kept to seconds
   for path, value in case.get("overrides", {}).items():  # dotted config fields, last (tests)
-    *parents, leaf = path.split(".")
-    node = c
-    for name in parents:
-      node = node[name]
-    node[leaf] = value
+    set_field(c, path, value)
   config = config_lib.from_dict(c.to_dict())
   rt = runtime_lib.build(config)
-  probe = data_lib.make_batch(config_lib.from_dict(
-      dict(c.to_dict(), data=dict(c.data.to_dict(), seq_len=64, batch_size=1))).data,
-      seed=0, step=0, split="train")
+  # The batch's keys and dtypes, from a short row (only the data section: a model check such
+  # as top-k against the row's entries would refuse a 64-token row).
+  probe = data_lib.make_batch(dataclasses.replace(config.data, seq_len=64, batch_size=1),
+                              seed=0, step=0, split="train")
   batch = {k: jax.ShapeDtypeStruct((config.data.batch_size, config.data.seq_len), v.dtype,
                                    sharding=rt.batch_sharding) for k, v in probe.items()}
   step = trainer.make_train_step(rt)

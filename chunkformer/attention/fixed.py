@@ -27,8 +27,9 @@ Values that carry RoPE are rotated back at the query position after attention
 Implementation (attn.implementation): ``compressed_core.attend`` runs the blockwise XLA path
 ("xla") or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries (one
 end per entry, so per-head stagger and the indexer stay on "xla"; config validation says so).
-Long rows on "xla" go through ``query_blocks.attend`` (queries in blocks under remat, so the
-scores held are L x C, not T x C), unless a tail or top-k selection is in play.
+Long rows on "xla" go through ``query_blocks.attend_selected`` (queries in blocks under remat,
+so the scores held are L x C, not T x C), the tail and the indexer's scores, top-k and KL
+computed per block too.
 
 Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
 the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
@@ -133,28 +134,24 @@ class FixedAttention(nn.Module):
       for stream, comp in compressors.items():
         entries[stream] = comp.compress(x_BxTxE, chunks, ctx.segment_ids_BxT)
       ek = entries.get("kv", entries.get("k"))
-      select = bias = None
-      if indexer is not None:
-        visible = compressed_core.per_head_entry_visibility(
-            chunks.ends_BxCxK, chunks.segment_ids_BxCxK,
-            jnp.broadcast_to(jnp.arange(t), (b, t)), ctx.segment_ids_BxT)
-        if isinstance(indexer, LightningIndexer):
-          select, entries["index"] = indexer(x_BxTxE, qkv.query_residual(x_BxTxE), ctx, offsets,
-                                             q, ek, visible)
-        else:
-          select, bias = compressed_core.index_entries(indexer(x_BxTxE), ek, visible, a.topk)
-      tail = self._tail(offsets, b, t, ctx.segment_ids_BxT)
-      shared = dict(entry_k_BxCxKxD=ek, entry_v_BxCxKxD=entries.get("v"),
-                    entry_ends_BxCxK=chunks.ends_BxCxK,
-                    entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK, sink_H=sink_H,
-                    implementation=a.implementation, interpret=a.interpret)
-      if tail is None and select is None and bias is None:
-        # Long rows on the XLA path: in blocks of queries (score memory L x C, not T x C).
-        o = query_blocks.attend(q, k, v, ctx.segment_ids_BxT, window=a.window, **shared)
-      else:
-        o = compressed_core.attend(q, k, v, ctx.segment_ids_BxT, window=a.window, tail=tail,
-                                   entry_select_BxTxKxC=select, entry_bias_BxTxKxC=bias,
-                                   **shared)
+      selector = None
+      if isinstance(indexer, LightningIndexer):
+        selector, entries["index"] = indexer.selector(
+            x_BxTxE, qkv.query_residual(x_BxTxE), ctx, offsets, q, ek, chunks.ends_BxCxK,
+            chunks.segment_ids_BxCxK)
+      elif indexer is not None:
+        selector = _simple_selector(indexer(x_BxTxE), ek, chunks.ends_BxCxK,
+                                    chunks.segment_ids_BxCxK, ctx.segment_ids_BxT, a.topk)
+      # Long rows on the XLA path run in blocks of queries (score memory L x C, not T x C),
+      # the tail and the indexer's selection cut into the same blocks.
+      o, stats = query_blocks.attend_selected(
+          q, k, v, ctx.segment_ids_BxT, window=a.window,
+          tail=self._tail(offsets, b, t, ctx.segment_ids_BxT), selector=selector,
+          entry_k_BxCxKxD=ek, entry_v_BxCxKxD=entries.get("v"),
+          entry_ends_BxCxK=chunks.ends_BxCxK, entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK,
+          sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
+      if isinstance(indexer, LightningIndexer):
+        indexer.sow_kl(stats)
       return o, entries
     o = compressed_core.compressed_attention(q, k, v, ctx.segment_ids_BxT, window=a.window,
                                              sink_H=sink_H)
@@ -200,3 +197,19 @@ class WindowAttention(FixedAttention):
 
   uses_entries: ClassVar[bool] = False
 
+
+def _simple_selector(index_q_BxTxKxD: Array, entry_k_BxCxKxD: Array, ends_BxCxK: Array,
+                     entry_segment_ids_BxCxK: Array | None, segment_ids_BxT: Array,
+                     topk: int) -> query_blocks.EntrySelector:
+  """The simple indexer's top-k and straight-through bias per block of query rows."""
+
+  def select(rows, query_index_BxL, own_BxL) -> query_blocks.Selection:
+    visible = compressed_core.per_head_entry_visibility(
+        ends_BxCxK, entry_segment_ids_BxCxK, query_index_BxL, rows["segment_ids"])
+    visible &= own_BxL[:, :, None, None]
+    selected, bias = compressed_core.index_entries(rows["index_q"], entry_k_BxCxKxD, visible,
+                                                   topk)
+    return query_blocks.Selection(selected, bias, {})
+
+  return query_blocks.EntrySelector(dict(index_q=index_q_BxTxKxD, segment_ids=segment_ids_BxT),
+                                    select)
