@@ -18,7 +18,7 @@ size ``cpu`` trains on the lookup prompts themselves (task ``lookup``: 16 record
 and values from 32 keys and 32 values, 8 demonstrations, a target key, in rows of 128 tokens;
 ``chunkformer/data/lookup_rows.py``), because a model of that size does not learn in-context
 lookup from text on two cores; with the paper's 64 records it had not started learning after
-900 steps. Vary ``seed``
+1000 steps. Vary ``seed``
 for the replicated runs.
 """
 
