@@ -4,6 +4,8 @@
                                         # and 32768, one device (no sharding)
   python bench/scale_plan.py --devices 8,64   # the same on meshes of 8 and 64 fake CPU devices
   python bench/scale_plan.py --small    # qwen3_tiny (2 layers) on 8 devices, T=256 (CI test)
+  python bench/scale_plan.py --context --devices 8,64 --seq_lens 131072   # rows split over
+                                        # devices: context 8 (8 devices), fsdp 8 x context 8 (64)
 
 Attention runs ``attention.implementation = auto`` (on this CPU compiler: full attention by the
 blockwise online softmax, the compressed kinds by their XLA path; on a GPU/TPU the Pallas
@@ -56,6 +58,9 @@ sys.path.insert(0, ROOT)  # as a file, bench/ comes first: bench/kernels.py woul
 
 DEVICES_GB = (("TPU v5e", 16), ("H100", 80), ("TPU v5p", 95), ("H200", 141))
 MESHES = {1: (1, 1, 1), 8: (1, 4, 2), 64: (2, 16, 2)}  # data, fsdp, tensor
+# --context (data, fsdp, context, tensor): each row's tokens split over 8 devices (one host's
+# worth of fast links); on 64 devices fsdp 8 over those groups, 8 rows of T per step.
+CONTEXT_MESHES = {8: (1, 1, 8, 1), 64: (1, 8, 8, 1)}
 FIT_FRACTION = 0.9
 # Plan variants beyond configs/lm/qwen3_0p6b.py's: (its variant, dotted field overrides).
 PLAN_VARIANTS = {
@@ -97,13 +102,24 @@ def set_field(c, path: str, value) -> None:
   node[leaf] = value
 
 
-def cases(small: bool, device_counts, seq_lens, variants, remats):
+def cases(small: bool, device_counts, seq_lens, variants, remats, context: bool = False):
   for devices in device_counts:
     for seq_len in seq_lens:
       for variant in variants:
         for remat in remats:
-          yield dict(devices=devices, seq_len=seq_len, variant=variant, remat=remat,
-                     config="qwen3_tiny" if small else "qwen3_0p6b")
+          case = dict(devices=devices, seq_len=seq_len, variant=variant, remat=remat,
+                      config="qwen3_tiny" if small else "qwen3_0p6b")
+          if context:
+            case["context"] = CONTEXT_MESHES[devices][2]
+          yield case
+
+
+def mesh_of(case: dict) -> tuple[int, int, int, int]:
+  """(data, fsdp, context, tensor) of a case: MESHES, or CONTEXT_MESHES for a context case."""
+  if case.get("context", 1) > 1:
+    return CONTEXT_MESHES[case["devices"]]
+  data, fsdp, tensor = MESHES[case["devices"]]
+  return data, fsdp, 1, tensor
 
 
 def compile_case(case: dict) -> dict:
@@ -118,15 +134,17 @@ def compile_case(case: dict) -> dict:
   from chunkformer import train_state as state_lib
 
   c = base_config(case)
-  data, fsdp, tensor = MESHES[case["devices"]]
-  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = data, fsdp, tensor
+  data, fsdp, context, tensor = mesh_of(case)
+  c.mesh.data, c.mesh.fsdp, c.mesh.context, c.mesh.tensor = data, fsdp, context, tensor
   c.model.remat = case["remat"]
   c.model.dtype = "bfloat16"
   # Per platform (here: blockwise full attention, the XLA path of the compressed kinds), or the
   # TPU kernels in interpret mode: a proxy for the kernels' buffers (block tiles, never the
   # T x C entry scores the compressed kinds' XLA path holds).
   kernel_proxy = case.get("implementation") == "pallas_tpu_interpret"
-  c.model.attention.implementation = "pallas_tpu" if kernel_proxy else "auto"
+  # Context parallelism runs the XLA paths (GSPMD splits them; a Pallas call it cannot).
+  c.model.attention.implementation = ("pallas_tpu" if kernel_proxy
+                                      else "xla" if context > 1 else "auto")
   c.model.attention.interpret = kernel_proxy
   c.data.seq_len = case["seq_len"]
   c.data.batch_size = data * fsdp  # one row per batch shard
@@ -167,9 +185,11 @@ def compile_case(case: dict) -> dict:
              + mem.temp_size_in_bytes)
   params = state_lib.param_count(rt.abstract_state.params)
   del jnp
-  parts = byte_parts(config, case["seq_len"], rows=config.data.batch_size // (data * fsdp),
-                     tensor=tensor, argument_bytes=args, peak_bytes=peak)
-  return dict(case, mesh=dict(data=data, fsdp=fsdp, tensor=tensor), params=params, parts=parts,
+  parts = byte_parts(config, case["seq_len"] // context,
+                     rows=config.data.batch_size // (data * fsdp), tensor=tensor,
+                     argument_bytes=args, peak_bytes=peak)
+  mesh = dict(data=data, fsdp=fsdp, tensor=tensor, **({"context": context} if context > 1 else {}))
+  return dict(case, mesh=mesh, params=params, parts=parts,
               rows_per_shard=1, global_rows=config.data.batch_size,
               analytic_flops_per_token=flops.train_flops_per_token(config.model,
                                                                    config.data.seq_len),
@@ -180,7 +200,8 @@ def compile_case(case: dict) -> dict:
 
 def byte_parts(config, seq_len: int, rows: int, tensor: int, argument_bytes: int,
                peak_bytes: int) -> dict[str, int]:
-  """The peak per device split as the module docstring says (formulas + the measured rest)."""
+  """The peak per device split as the module docstring says (formulas + the measured rest);
+  ``seq_len``: the tokens of a row one device holds (T / mesh.context)."""
   from chunkformer import loss_tiles
 
   m = config.model
@@ -223,7 +244,14 @@ def worker(args) -> None:
 def attention_name(record: dict) -> str:
   if record.get("implementation") == "pallas_tpu_interpret":
     return f"{record['variant']} (TPU kernels, interpret)"
+  if record.get("context", 1) > 1:
+    return f"{record['variant']} (XLA path, context {record['context']})"
   return record["variant"]
+
+
+def mesh_name(record: dict) -> str:
+  data, fsdp, context, tensor = mesh_of(record)
+  return "x".join(map(str, (data, fsdp, tensor))) + (f", context {context}" if context > 1 else "")
 
 
 def gib(x: float) -> str:
@@ -255,7 +283,7 @@ def write_report(records: list[dict], out_base: str, meta: dict) -> None:
   ]
   parts = []
   for r in records:
-    mesh = "x".join(str(x) for x in MESHES[r["devices"]])
+    mesh = mesh_name(r)
     if "parts" in r:
       p = r["parts"]
       tile = f"tiles of {p['loss_token_tile']}" if p["loss_token_tile"] else "untiled"
@@ -305,6 +333,8 @@ def main() -> None:
   p.add_argument("--resume", action="store_true", help="keep the compiled cases of --out")
   p.add_argument("--kernel_proxy", action="store_true",
                  help="attention through the TPU kernels in interpret mode (their buffers)")
+  p.add_argument("--context", action="store_true",
+                 help="split each row over mesh.context (CONTEXT_MESHES; devices 8 and 64)")
   p.add_argument("--no_compiler_flops", action="store_true",
                  help="skip the unscanned lowering for XLA's FLOP count (minutes per case)")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -318,7 +348,7 @@ def main() -> None:
     args.devices, args.seq_lens = "8", "256"
   device_counts = [int(x) for x in args.devices.split(",")]
   todo = list(cases(args.small, device_counts, [int(x) for x in args.seq_lens.split(",")],
-                    args.variants.split(","), args.remats.split(",")))
+                    args.variants.split(","), args.remats.split(","), args.context))
   for case in todo:
     case["compiler_flops"] = not args.no_compiler_flops
     if args.kernel_proxy:
@@ -328,7 +358,7 @@ def main() -> None:
     records = [r for r in json.load(open(args.out + ".json"))["records"] if "error" not in r]
     def ident(r):
       return (r["devices"], r["seq_len"], r["variant"], r["remat"], r["config"],
-              r.get("implementation", "auto"))
+              r.get("implementation", "auto"), r.get("context", 1))
     done = [ident(r) for r in records]
     todo = [c for c in todo if ident(c) not in done]
   from chunkformer import provenance  # light: no jax in this parent process

@@ -8,22 +8,33 @@ collection and are threaded explicitly through these functions; parameters are t
 parameters, unchanged. Rows of a batch decode in lockstep (one shared position); a cache holds
 one document per row. ``cache_bytes`` measures the actual arrays.
 
+Prefill under a mesh (``layout=`` a ``runtime.Runtime``, or anything with its ``mesh`` and
+fitted axis ``rules``): the prompt and the forward pass's activations are split as in training,
+so with ``mesh.context = N`` each device holds T/N of the prompt's tokens (context
+parallelism); the cache it leaves is sharded as GSPMD chose and ``step`` decodes from it as
+from any other cache (one token at a time: nothing to split along the tokens).
+
 Inference-time eviction (chunkformer/eviction; full-attention models only): ``eviction=`` a
 policy prunes every layer's cache once after the prompt's forward pass to the policy's budget;
 decoding continues from the pruned cache, each kept key keeping its position.
 
-  logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len[, eviction=SnapKV(budget=64)])
+  logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len[, eviction=SnapKV(budget=64)]
+                                [, layout=runtime])
   logits_BxV, cache = step(model, params, cache, tokens_Bx1)
   tokens_BxN = generate(model, params, prompt_BxT, num_tokens[, eviction=...])
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from chunkformer import sharding as sharding_lib
 from chunkformer.attention import attention_class
 from chunkformer.config import ModelConfig
 from chunkformer.eviction import prune
@@ -60,17 +71,52 @@ def _check_eviction(model: Transformer, prompt_len: int, eviction) -> None:
     eviction.tokens(prompt_len)
 
 
+def _check_layout(model: Transformer, prompt_BxT, layout) -> None:
+  """Refuses a prompt the layout's mesh cannot split, and kernels that cannot run split,
+  before anything compiles."""
+  mesh = layout.mesh
+  context = mesh.shape["context"]
+  b, t = prompt_BxT.shape
+  if t % context:
+    raise ValueError(f"prompt of {t} tokens does not split over mesh.context={context} devices")
+  rows = nn.logical_to_mesh_axes(sharding_lib.BATCH_AXES,
+                                 sharding_lib.normalize_rules(layout.rules))[0]
+  shards = math.prod(mesh.shape[a] for a in ((rows,) if isinstance(rows, str) else rows or ()))
+  if b % shards:
+    raise ValueError(f"prompt of {b} rows does not split over the {shards} batch shards of the "
+                     f"mesh {dict(mesh.shape)}")
+  if context > 1:
+    for i, layer in enumerate(model.model.layers):
+      if layer.implementation != "xla":
+        raise ValueError(f"model.attention[layer {i}].implementation: "
+                         f"{layer.implementation!r} cannot split a prompt over "
+                         f"mesh.context={context}; context parallelism runs 'xla'")
+
+
 def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
-                 eviction=None) -> tuple[Array, dict, list[Array] | None]:
+                 eviction=None, layout=None) -> tuple[Array, dict, list[Array] | None]:
   """``prefill``, also returning each layer's kept positions kept_BxKxN (None: no eviction)."""
   if prompt_BxT.shape[1] > max_len:
     raise ValueError(f"prompt of {prompt_BxT.shape[1]} tokens exceeds max_len {max_len}")
   _check_eviction(model, prompt_BxT.shape[1], eviction)
-  return _prefill(model, params, prompt_BxT, max_len, eviction)
+  if layout is None:
+    return _prefill(model, params, prompt_BxT, max_len, eviction)
+  _check_layout(model, prompt_BxT, layout)
+  rules = sharding_lib.normalize_rules(layout.rules)
+  with jax.set_mesh(layout.mesh):
+    prompt_BxT = jax.device_put(prompt_BxT, sharding_lib.batch_sharding(layout.mesh, rules))
+    return _prefill(model, params, prompt_BxT, max_len, eviction, rules)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_len"))
-def _prefill(model, params, prompt_BxT, max_len, eviction):
+@functools.partial(jax.jit, static_argnames=("model", "max_len", "rules"))
+def _prefill(model, params, prompt_BxT, max_len, eviction, rules=None):
+  # The rules are a static argument, so a trace under one mesh layout is never reused for
+  # another; inside them the model's logical constraints split its activations.
+  with nn.logical_axis_rules(rules) if rules is not None else contextlib.nullcontext():
+    return _prefill_body(model, params, prompt_BxT, max_len, eviction)
+
+
+def _prefill_body(model, params, prompt_BxT, max_len, eviction):
   b, t = prompt_BxT.shape
   if eviction is None:
     logits, cache = _apply(model, params, init_cache(model.model, b, max_len), prompt_BxT, 0)
@@ -85,14 +131,18 @@ def _prefill(model, params, prompt_BxT, max_len, eviction):
 
 
 def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int,
-            eviction=None) -> tuple[Array, dict]:
+            eviction=None, layout=None) -> tuple[Array, dict]:
   """Runs the prompt through the parallel forward pass into a fresh cache of ``max_len``.
+
+  With ``layout`` (a ``runtime.Runtime``: its ``mesh`` and ``rules``) the prompt is split over
+  the mesh as a training batch is (rows over data x fsdp, tokens over context) and the forward
+  pass runs under the axis rules; ValueError before compiling if the mesh cannot split it.
 
   With ``eviction`` (a chunkformer.eviction policy; full-attention models only, ConfigError
   otherwise) every layer's cache is then pruned to the policy's budget n and holds
   n + (max_len - T) slots. Returns (logits_BxTxV of the prompt, cache).
   """
-  logits, cache, _ = prefill_kept(model, params, prompt_BxT, max_len, eviction)
+  logits, cache, _ = prefill_kept(model, params, prompt_BxT, max_len, eviction, layout)
   return logits, cache
 
 

@@ -1,0 +1,1 @@
+"""Sweeps at long context, each row's tokens split over devices (mesh.context)."""

@@ -1,0 +1,118 @@
+"""docs/context_parallel.md's communication table ("Every kind, forward and backward") against
+the compiled HLO: one layer of each attention kind under context = 4, its forward pass and its
+loss gradient (tests/context_comms_worker.py, one fresh process with 4 fake CPU devices).
+
+Twelve optimised compiles: minutes on 2 CPU cores, so the table's check runs with
+CHUNKFORMER_SLOW_TESTS=1; the suite checks the HLO reader on a hand-written module."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from tests import context_comms_worker as worker
+from tests import context_parallel_worker as cp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B, T, D, W, S = cp.BATCH, cp.HLO_SEQ_LEN, cp.HEAD_DIM, cp.WINDOW, cp.STRIDE
+C = T // S  # entries of the fixed kinds
+C_MAX = T // 3  # the dynamic kind's entry capacity: T / min_chunk (min_chunk = 3)
+E = 32  # the smoke model's width
+# Dimensions that grow with the row: T, the entries C, the windows' rows C W, the capacity + 1.
+GROWING = {T, C, C * W, C_MAX + 1}
+HALO = (B, 1, 1, W, D)
+
+# docs/context_parallel.md: floats per row moved by the collectives that grow with T
+FLOATS_PER_ROW = {
+    ("full", "forward"): 2 * T * D,
+    ("full", "gradient"): 4 * T * D,
+    ("fixed", "forward"): (2 * W + C) * D,
+    ("fixed", "gradient"): 6_144,
+    ("overlap", "forward"): 2 * W * D + 4 * C * W * D,
+    ("overlap", "gradient"): 53_760,
+    ("v4_indexer", "forward"): 2 * W * D + 8 * C * W * D + T * C,
+    ("v4_indexer", "gradient"): 141_312,
+    ("dynamic_router", "forward"): 2 * W * D + E + 3 * (C_MAX + 1) * D,
+    ("dynamic_router", "gradient"): 7_920,
+    ("dynamic_delimiter", "forward"): 2 * W * D + 3 * (C_MAX + 1) * D,
+    ("dynamic_delimiter", "gradient"): 7_728,
+}
+# ... and the forward's float collectives, by (op, result shape)
+FORWARD = {
+    "full": {("all-gather", (B, T, 1, D)): 2},
+    "fixed": {("collective-permute", HALO): 2, ("all-gather", (B, 1, C, D)): 1},
+    "overlap": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 2},
+    "v4_indexer": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 4,
+                   ("all-gather", (B, T, C)): 1},
+    "dynamic_router": {("collective-permute", HALO): 2, ("collective-permute", (B, 1, E)): 1,
+                       ("all-reduce", (B, C_MAX + 1, D)): 3},
+    "dynamic_delimiter": {("collective-permute", HALO): 2, ("all-reduce", (B, C_MAX + 1, D)): 3},
+}
+
+
+def _growing(items):
+  """The float collectives whose result grows with the row (all-reduces of weight gradients
+  and per-row sums excluded)."""
+  return [c for c in items if c["dtype"] == "f32"
+          and (c["op"] != "all-reduce" or GROWING & set(c["shape"]))]
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+  out = tmp_path_factory.mktemp("context_comms") / "collectives.json"
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  assert result.returncode == 0, result.stderr[-4000:]
+  with open(out) as f:
+    return json.load(f)
+
+
+slow = pytest.mark.skipif(os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
+                          reason="twelve optimised compiles; CHUNKFORMER_SLOW_TESTS=1 runs it")
+
+
+@slow
+@pytest.mark.parametrize("kind,step", sorted(FLOATS_PER_ROW))
+def test_floats_moved_per_row_are_the_tables(found, kind, step):
+  moved = sum(c["elements"] for c in _growing(found[kind][step])) // B
+  assert moved == FLOATS_PER_ROW[kind, step]
+
+
+@slow
+@pytest.mark.parametrize("kind", sorted(FORWARD))
+def test_forward_collectives_are_the_tables(found, kind):
+  got = Counter((c["op"], tuple(c["shape"])) for c in _growing(found[kind]["forward"]))
+  assert got == Counter(FORWARD[kind])
+
+
+@slow
+@pytest.mark.parametrize("kind", sorted(FORWARD))
+def test_the_backward_all_reduces_the_weight_gradients_at_most_twice_the_parameters(found,
+                                                                                   kind):
+  rest = [c for c in found[kind]["gradient"] if c["dtype"] == "f32"
+          and c["op"] == "all-reduce" and not GROWING & set(c["shape"])]
+  assert found[kind]["params"] <= sum(c["elements"] for c in rest) <= 2 * found[kind]["params"]
+
+
+def test_the_hlo_reader_splits_combined_collectives():
+  """Arrays of a combined collective each count (tuples longer than five carry /*index=5*/
+  comments); non-collective lines are ignored."""
+  hlo = "\n".join([
+      "  %ar = (f32[16]{0}, f32[3]{0}, f32[4]{0}, f32[5]{0}, f32[6]{0}, /*index=5*/f32[7,2]{1,0})"
+      " all-reduce(f32[16]{0} %a, f32[3]{0} %b), channel_id=2, to_apply=%sum",
+      "  %ag = f32[2,384,1,16]{3,2,1,0} all-gather(f32[2,96,1,16]{3,2,1,0} %x), dimensions={1}",
+      "  %cp = s32[2,1]{1,0} collective-permute(s32[2,1]{1,0} %y), source_target_pairs={{0,1}}",
+      "  %add = (f32[3]{0}, f32[3]{0}) tuple(f32[3]{0} %p, f32[3]{0} %q)",
+  ])
+  found = worker.collectives(hlo)
+  assert [(c["op"], c["dtype"], c["shape"], c["combined"]) for c in found] == [
+      ("all-reduce", "f32", [16], 6), ("all-reduce", "f32", [3], 6),
+      ("all-reduce", "f32", [4], 6), ("all-reduce", "f32", [5], 6),
+      ("all-reduce", "f32", [6], 6), ("all-reduce", "f32", [7, 2], 6),
+      ("all-gather", "f32", [2, 384, 1, 16], 1), ("collective-permute", "s32", [2, 1], 1)]
+  assert sum(c["elements"] for c in found) == 16 + 3 + 4 + 5 + 6 + 14 + 2 * 384 * 16 + 2
