@@ -100,7 +100,7 @@ SIZES: dict[str, dict] = {
         "data.seq_len": 4096, "data.batch_size": 64, "train.steps": 20000,
         "train.learning_rate": 3e-4, "train.warmup_steps": 1000, "train.log_every": 20,
         "train.eval_every": 1000, "train.eval_batches": 4, "train.checkpoint_every": 1000,
-        "mesh.fsdp": -1, "data.task": "code",
+        "mesh.data": 1, "mesh.fsdp": -1, "data.task": "code",
     },
     "cpu": {
         "model.vocab_size": 72, "model.num_layers": 2, "model.d_model": 64,
