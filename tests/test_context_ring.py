@@ -26,6 +26,7 @@ from chunkformer.config import ConfigError
 from configs import smoke
 from tests import context_parallel_worker as cp
 from tests import ring_worker as worker
+from tests.test_sharding import _context_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
@@ -104,15 +105,7 @@ def test_load_balancing_gives_every_device_the_same_causal_work(n):
 
 def _config(**fields):
   """The smoke config on mesh.context = 4, ring, with dotted ``fields`` overridden."""
-  c = smoke.get_config()
-  c.mesh.context, c.mesh.context_strategy = 4, "ring"
-  for key, value in fields.items():
-    *sections, name = key.split(".")
-    node = c
-    for section in sections:
-      node = node[section]
-    node[name] = value
-  return c.to_dict()
+  return _context_config({"mesh.context_strategy": "ring", **fields})
 
 
 @pytest.mark.parametrize(("fields", "field"), [
