@@ -64,6 +64,9 @@ CONTEXT_MESHES = {8: (1, 1, 8, 1), 64: (1, 8, 8, 1)}
 FIT_FRACTION = 0.9
 # Plan variants beyond configs/lm/qwen3_0p6b.py's: (its variant, dotted field overrides).
 PLAN_VARIANTS = {
+    # Full attention under context parallelism with K/V passed round a ring, load-balanced
+    # (device d holds chunks d and 2n-1-d), instead of GSPMD's all-gather.
+    "full_ring": ("full", {"mesh.context_strategy": "ring", "mesh.context_load_balance": True}),
     # The uncompressed tail instead of the local window: raw tokens of the open chunk only.
     "fixed_tail": ("fixed", {"model.attention.window": 0, "model.attention.tail": True}),
     # DeepSeek-V4's layout with the lightning indexer keeping the top 512 entries per query in
