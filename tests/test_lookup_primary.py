@@ -41,3 +41,23 @@ def test_a_flat_model_has_no_period_and_a_period_8_model_period_8():
                                  (8, 4), num_permutations=200, num_resamples=20)
   assert weak.detected_period == 8
   assert [t.chunk_size for t in weak.by_chunk_size] == [8, 4]
+
+
+def test_lookup_models_are_judged_by_the_paper_claims_only():
+  # The demo's records as stored, then the same records as lookup models: C1-C9 (the needle
+  # study's) no longer read them.
+  import dataclasses
+  import os
+
+  from chunkformer.evaluation.claims import registry
+  from chunkformer.evaluation.records import results_file
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  records = results_file.load(os.path.join(root, "results", "demo", "results.json")).variants
+  kw = dict(num_resamples=20, num_permutations=20)
+  before = {c.id: c for c in registry.decide(records, None, **kw)}
+  assert before["C1"].seeds_agreeing != "0/0"
+  relabelled = [dataclasses.replace(r, primary_probe="lookup") for r in records]
+  after = {c.id: c for c in registry.decide(relabelled, None, **kw)}
+  for claim in ("C1", "C2", "C8"):
+    assert after[claim].verdict == "INCONCLUSIVE" and after[claim].seeds_agreeing == "0/0"
