@@ -70,16 +70,18 @@ def _plain(spec: Any) -> dict[str, Any]:
   return {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()}
 
 
-def _policies(specs: Sequence[Mapping[str, Any]]) -> list[tuple[dict, eviction.Policy]]:
-  """(the config's dict, the policy) of each listed policy; ConfigError naming the entry."""
+def chosen_policies(specs: Sequence[Mapping[str, Any]],
+                    field: str = FIELD) -> list[tuple[dict, eviction.Policy]]:
+  """(the config's dict, the policy) of each listed policy; ConfigError naming the entry of
+  ``field`` (the probe's ``sweep.probes.<name>``)."""
   if isinstance(specs, (str, bytes, Mapping)) or not specs:
-    raise ConfigError(f"config field '{FIELD}.policies': give a list of policy dicts, got "
+    raise ConfigError(f"config field '{field}.policies': give a list of policy dicts, got "
                       f"{specs!r}")
-  chosen = [(_plain(s), eviction.from_dict(_plain(s), field=f"{FIELD}.policies[{i}]"))
+  chosen = [(_plain(s), eviction.from_dict(_plain(s), field=f"{field}.policies[{i}]"))
             for i, s in enumerate(specs)]
   labels = [eviction.label(p) for _, p in chosen]
   if len(set(labels)) != len(labels):
-    raise ConfigError(f"config field '{FIELD}.policies': a policy is listed twice ({labels})")
+    raise ConfigError(f"config field '{field}.policies': a policy is listed twice ({labels})")
   return chosen
 
 
@@ -87,7 +89,7 @@ def check_options(policies: Sequence[Mapping[str, Any]] = (), prompt_end: str = 
                   **_) -> None:
   """The options a sweep config gives this probe, checked before anything trains
   (``registry.check``): ConfigError naming the bad entry."""
-  _policies(policies)
+  chosen_policies(policies)
   one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
 
 
@@ -115,7 +117,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
   config = context.trained.config
   if config.data.task != "kv":
     return ProbeResult(None)
-  chosen = _policies(policies)
+  chosen = chosen_policies(policies)
   one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
   prune.check_model(config.model)
   spec = needle_sweep.NeedleSweepSpec(num_offsets, num_haystacks, tuple(float(d) for d in depths),

@@ -215,25 +215,42 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
   tokens) so that padding has room to vary, and then caps ``num_demos`` below the records;
   ``stride`` 0 is the model's chunk size (the stride-repeat check).
   """
+  result, matrices = lookup_test(
+      context, lambda spec: predictor(context, vocabulary), modulus=modulus,
+      prompts_per_residue=prompts_per_residue, num_records=num_records, num_demos=num_demos,
+      paddings=paddings, seed=seed, stride=stride, keys=keys, values=values, filler=filler,
+      bos=bos, vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
+      num_values=num_values)
+  return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
+
+
+def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per_residue: int,
+                num_records: int, num_demos: int, paddings: Sequence[str], seed: int,
+                stride: int, keys, values, filler, bos, vocabulary: str, word_seed: int,
+                num_keys: int, num_values: int,
+                name: str = "lookup") -> tuple[ResidueTest, dict[str, correctness.Matrix]]:
+  """``probe``'s test and matrices (per padding) with the predictor ``predict_for(spec)``
+  (``spec``: the padding's checked ``LookupSpec``); ``name`` is the probe entry errors name."""
   s = _stride(context, stride)
   words = dict(vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
                num_values=num_values)
-  modes, matrices, spec = {}, {}, None
-  for padding in paddings:
-    spec = lookup_spec(context, "lookup", modulus=modulus,
-                       prompts_per_residue=prompts_per_residue, num_records=num_records,
-                       num_demos=num_demos, padding=padding, keys=keys, values=values,
-                       filler=filler, bos=bos, **words)
-    modes[padding], matrices[padding] = _score(predictor(context, vocabulary),
-                                               lookup_task.generate(spec, seed), s)
-  if spec is None:
-    raise ConfigError("config field 'sweep.probes.lookup.paddings': name at least one of "
+  specs = [lookup_spec(context, name, modulus=modulus, prompts_per_residue=prompts_per_residue,
+                       num_records=num_records, num_demos=num_demos, padding=padding, keys=keys,
+                       values=values, filler=filler, bos=bos, **words) for padding in paddings]
+  if not specs:
+    raise ConfigError(f"config field 'sweep.probes.{name}.paddings': name at least one of "
                       f"{', '.join(lookup_task.PADDINGS)}")
+  predictors = [predict_for(spec) for spec in specs]  # every one refused before any is run
+  modes, matrices = {}, {}
+  for spec, predict in zip(specs, predictors, strict=True):
+    modes[spec.padding], matrices[spec.padding] = _score(predict,
+                                                         lookup_task.generate(spec, seed), s)
+  spec = specs[-1]
   result = ResidueTest("lookup", spec.seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), modes,
                        {"num_records": spec.num_records, "num_demos": spec.num_demos,
                         "seed": seed, **_vocabulary_settings(spec, **words)})
-  return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
+  return result, matrices
 
 
 def residue_periods(modulus: int) -> tuple[int, ...]:
@@ -289,18 +306,34 @@ def needle_probe(context: ProbeContext, modulus: int = 8, prompts_per_residue: i
   """The ``long_needle`` entry of ``PROBES``: records of ``key_len + value_len`` tokens
   filling the model's context, the target within +-``spread`` (0: two periods) of the
   middle, all answer tokens right = retrieved. Matrix ``long_needle_needle``."""
+  result, matrices = needle_test(
+      context, lambda spec: predictor(context, vocabulary), modulus=modulus,
+      prompts_per_residue=prompts_per_residue, key_len=key_len, value_len=value_len,
+      spread=spread, seed=seed, stride=stride, keys=keys, values=values, filler=filler,
+      bos=bos, vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
+      num_values=num_values)
+  return ProbeResult(result.to_record(), matrices)
+
+
+def needle_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per_residue: int,
+                key_len: int, value_len: int, spread: int, seed: int, stride: int, keys,
+                values, filler, bos, vocabulary: str, word_seed: int, num_keys: int,
+                num_values: int,
+                name: str = "long_needle") -> tuple[ResidueTest, dict[str, correctness.Matrix]]:
+  """``needle_probe``'s test and matrix (``needle``) with the predictor ``predict_for(spec)``
+  (``spec``: the checked ``NeedleSpec``); ``name`` is the probe entry errors name."""
   words = dict(vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
                num_values=num_values)
-  tokens = _tokens(context, "long_needle", keys, values, filler, bos, **words)
+  tokens = _tokens(context, name, keys, values, filler, bos, **words)
   seq_len = context.trained.config.data.seq_len
   spec = _checked(long_needle.NeedleSpec(
       seq_len=seq_len, key_len=key_len, value_len=value_len, modulus=modulus, spread=spread,
-      prompts_per_residue=_per_residue(modulus, prompts_per_residue), **tokens), "long_needle")
+      prompts_per_residue=_per_residue(modulus, prompts_per_residue), **tokens), name)
   s = _stride(context, stride)
-  summary, matrix = _score(predictor(context, vocabulary), long_needle.generate(spec, seed), s)
+  summary, matrix = _score(predict_for(spec), long_needle.generate(spec, seed), s)
   result = ResidueTest("long_needle", seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), {"needle": summary},
                        {"key_len": key_len, "value_len": value_len,
                         "window": list(spec.window()), "seed": seed,
                         **_vocabulary_settings(spec, **words)})
-  return ProbeResult(result.to_record(), {"needle": matrix})
+  return result, {"needle": matrix}

@@ -21,6 +21,7 @@ from typing import Any
 from chunkformer.config_sections.errors import ConfigError
 from chunkformer.evaluation.probes import (
   builtin,
+  eviction_lookup,
   eviction_needles,
   gate_concentration,
   gate_cycling,
@@ -42,11 +43,13 @@ PROBES: dict[str, Probe] = {
     "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
     "head_knockout": head_knockout.probe,  # KV heads mean-replaced at the query: change by residue
     "eviction_needles": eviction_needles.probe,  # needle sweep under KV eviction policies
+    "eviction_lookup": eviction_lookup.probe,  # lookup / long needle tests under eviction policies
 }
 
 # Checks of a probe's option values (beyond their names) that can run before any training.
 OPTION_CHECKS: dict[str, Any] = {
     "eviction_needles": eviction_needles.check_options,  # the listed policies and prompt end
+    "eviction_lookup": eviction_lookup.check_options,  # the policies, the test and its options
 }
 # The lookup-task probes' vocabulary options (``lookup.check_vocabulary``).
 OPTION_CHECKS.update({name: functools.partial(lookup.check_vocabulary, f"sweep.probes.{name}")
