@@ -1,4 +1,4 @@
-"""The committed sweep outputs (results/demo, results/study, results/code_lm) still load and
+"""The committed sweep outputs (results/demo, study, code_lm, eviction) still load and
 recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
@@ -28,7 +28,7 @@ from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import config as sweep_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-SWEEPS = ["demo", "study", "code_lm"]
+SWEEPS = ["demo", "study", "code_lm", "eviction"]
 
 
 def _path(sweep: str) -> str:
@@ -129,6 +129,8 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
                "C9": "INCONCLUSIVE"}),
     ("code_lm", {"C7": "INCONCLUSIVE", "E1": "INCONCLUSIVE", "E2": "INCONCLUSIVE",
                  "E3": "INCONCLUSIVE"}),
+    ("eviction", {"C2": "REPRODUCED", "E1": "INCONCLUSIVE", "E2": "REPRODUCED",
+                  "E3": "REPRODUCED"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
