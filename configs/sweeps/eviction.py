@@ -32,14 +32,14 @@ filler ids close a chunk, chunks of 3 to 8 tokens, about 4 tokens each, so a nee
 share a chunk unless max_chunk cuts it), all with SnapKV's scorer and window 8. Budgets: 16,
 32 and 64 tokens (11%, 22% and 45% of the prompt; 8, 24 and 56 beyond the window).
 
-Cost (estimated 2026-12-03, the sweep not run): training 600 steps at 2.1-3.6 steps/s on one
+Cost (estimated 2026-12-03 before the first run, which took 38 min as one process on shared
+cores: results/eviction/RUN.md): training 600 steps at 2.1-3.6 steps/s on one
 core (the study's rates for this model), 3-5 min per unit; the eviction probe, measured on the
 calibration checkpoint with this config's options, about 6 s of one core per policy to run
 (1280 rows) and 6 s to compile it the first time, so 2.5-5 min per unit; judging E1-E3 well
 under a minute. In all about 16-29 min of one core, 10-17 min with two shards
-(``--shard 0/2``, ``--shard 1/2``) and 15-25 min as one two-thread process: within the 45 min
-allowed on 2 cores. The code LMs are not in this sweep: the eviction probe asks kv needles
-only.
+(``--shard 0/2``, ``--shard 1/2``) and 15-25 min as one two-thread process. The code LMs
+are not in this sweep: the eviction probe asks kv needles only.
 """
 
 from configs.sweeps import seeded_units, study, sweep_config, variant
