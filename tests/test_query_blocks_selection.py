@@ -3,6 +3,7 @@ exceeds the block budget gives the whole-row layer's loss (output and the lightn
 KL) and gradients, in float32 within 1e-5."""
 
 import math
+import os
 
 import chex
 import flax.linen as nn
@@ -65,7 +66,14 @@ def _value_and_grad(layer, params, x, ctx):
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(params, x)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+# The V4 case compiles the layer with the lightning indexer twice (about 50 s on 2 loaded
+# cores): it runs with CHUNKFORMER_SLOW_TESTS=1; the suite runs the tail + simple top-k case.
+_SLOW = pytest.mark.skipif(os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
+                           reason="CHUNKFORMER_SLOW_TESTS=1 runs the V4 case")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_SLOW) if n == "v4_lightning" else n
+                                  for n in sorted(CASES)])
 def test_blocked_layer_equals_the_whole_row(name, monkeypatch, fast_compiles):
   layer = _layer(CASES[name])
   x = jnp.asarray(np.random.default_rng(3).normal(size=(1, T, E)), jnp.float32)
