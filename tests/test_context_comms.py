@@ -7,16 +7,14 @@ CHUNKFORMER_SLOW_TESTS=1; the suite checks the HLO reader on a hand-written modu
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
 from tests import context_comms_worker as worker
 from tests import context_parallel_worker as cp
+from tests import fake_devices
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, T, D, W, S = cp.BATCH, cp.HLO_SEQ_LEN, cp.HEAD_DIM, cp.WINDOW, cp.STRIDE
 C = T // S  # entries of the fixed kinds
 C_MAX = T // 3  # the dynamic kind's entry capacity: T / min_chunk (min_chunk = 3)
@@ -63,11 +61,7 @@ def _growing(items):
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
   out = tmp_path_factory.mktemp("context_comms") / "collectives.json"
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
-  assert result.returncode == 0, result.stderr[-4000:]
+  fake_devices.run([worker.__file__, "--out", out], devices=4, timeout=1800)
   with open(out) as f:
     return json.load(f)
 

@@ -17,16 +17,14 @@ layer on data 2 x context 4) every time. The config refusals: tests/test_shardin
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from tests import context_parallel_worker as worker
+from tests import fake_devices
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 REFERENCE = "1x1x1x1"
 
@@ -40,11 +38,7 @@ slow = pytest.mark.skipif(
 def _worker(base, *flags):
   """(arrays of the npz, collectives per kind or None) of one worker run."""
   out, hlo = base / "grads.npz", base / "collectives.json"
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out), *flags],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
-  assert result.returncode == 0, result.stderr[-4000:]
+  fake_devices.run([worker.__file__, "--out", out, *flags], devices=8, timeout=TIMEOUT_S)
   with np.load(out) as arrays:
     arrays = dict(arrays)
   if not hlo.exists():

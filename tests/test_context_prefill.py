@@ -7,8 +7,6 @@ plain and overlapping; V4 layout with the lightning indexer's top-k; dynamic wit
 delimiter). The refusals run in this process, before anything compiles."""
 
 import os
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,9 +19,7 @@ from chunkformer.config_sections.mesh import DEFAULT_AXIS_RULES
 from chunkformer.model import Transformer
 from tests import context_parallel_worker as cp
 from tests import context_prefill_worker as worker
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from tests import fake_devices
 
 SLOW = os.environ.get("CHUNKFORMER_SLOW_TESTS") == "1"
 CASES = [pytest.param(False, id="fixed"),
@@ -34,12 +30,8 @@ CASES = [pytest.param(False, id="fixed"),
 @pytest.fixture(scope="module", params=CASES)
 def arrays(request, tmp_path_factory):
   out = tmp_path_factory.mktemp("context_prefill") / "prefill.npz"
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8")
   flags = [] if request.param else ["--quick"]
-  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out), *flags], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-4000:]
+  fake_devices.run([worker.__file__, "--out", out, *flags], devices=8, timeout=600)
   with np.load(out) as f:
     return dict(f, layers=len(cp.LAYERS) if request.param else 1)
 

@@ -13,8 +13,6 @@ and runs with CHUNKFORMER_SLOW_TESTS=1.
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -25,10 +23,10 @@ from chunkformer.attention import load_balance
 from chunkformer.config import ConfigError
 from configs import smoke
 from tests import context_parallel_worker as cp
+from tests import fake_devices
 from tests import ring_worker as worker
 from tests.test_sharding import _context_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 900
 
 slow = pytest.mark.skipif(
@@ -39,12 +37,8 @@ slow = pytest.mark.skipif(
 
 def _run_worker(base, *flags):
   out, hlo = base / "arrays.npz", base / "collectives.json"
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  result = subprocess.run([sys.executable, worker.__file__, "--out", str(out), "--hlo", str(hlo),
-                           *flags], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
-  assert result.returncode == 0, result.stderr[-4000:]
+  fake_devices.run([worker.__file__, "--out", out, "--hlo", hlo, *flags], devices=8,
+                   timeout=TIMEOUT_S)
   with np.load(out) as arrays, open(hlo) as f:
     return dict(arrays), json.load(f)
 

@@ -8,8 +8,6 @@ CHUNKFORMER_SLOW_TESTS=1."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ import pytest
 from chunkformer.data import long_needle, lookup_task
 from chunkformer.evaluation.sweep import config as sweep_config
 from configs.long_context import needle_128k
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import fake_devices
 
 
 def test_the_128k_sweep_splits_each_row_over_8_devices(tmp_path):
@@ -59,13 +56,8 @@ def test_the_config_names_a_bad_run():
                     reason="trains and evaluates through eval.py: about a minute of CPU; "
                            "CHUNKFORMER_SLOW_TESTS=1 runs it")
 def test_the_cpu_twin_runs_through_eval_py_on_4_devices_with_context_4(tmp_path):
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  result = subprocess.run(
-      [sys.executable, "eval.py", "--config", "configs/long_context/needle_128k.py:tiny,w8s4_1kv",
-       "--workdir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-      timeout=1800)
-  assert result.returncode == 0, result.stderr[-4000:]
+  fake_devices.run(["eval.py", "--config", "configs/long_context/needle_128k.py:tiny,w8s4_1kv",
+                    "--workdir", tmp_path], devices=4, timeout=1800)
   with open(tmp_path / "w8s4_1kv" / "config.json") as f:
     assert json.load(f)["mesh"]["context"] == 4  # the probes' predictor splits rows so too
   record = json.load(open(tmp_path / "results.json"))["variants"][0]["probes"]["long_needle"]
