@@ -92,17 +92,8 @@ def base_config(case: dict):
   module = qwen3_tiny if case["config"] == "qwen3_tiny" else qwen3_0p6b
   variant, overrides = PLAN_VARIANTS.get(case["variant"], (case["variant"], {}))
   c = module.get_config(variant)
-  for path, value in overrides.items():
-    set_field(c, path, value)
+  c.update_from_flattened_dict(overrides)
   return c
-
-
-def set_field(c, path: str, value) -> None:
-  *parents, leaf = path.split(".")
-  node = c
-  for name in parents:
-    node = node[name]
-  node[leaf] = value
 
 
 def cases(small: bool, device_counts, seq_lens, variants, remats, context: bool = False):
@@ -154,8 +145,7 @@ def compile_case(case: dict) -> dict:
   c.train.grad_accum_steps = 1
   if case["config"] == "qwen3_tiny":
     c.model.num_layers = 2  # --small: the CI check, kept to seconds
-  for path, value in case.get("overrides", {}).items():  # dotted config fields, last (tests)
-    set_field(c, path, value)
+  c.update_from_flattened_dict(case.get("overrides", {}))  # dotted config fields, last (tests)
   config = config_lib.from_dict(c.to_dict())
   rt = runtime_lib.build(config)
   # The batch's keys and dtypes, from a short row (only the data section: a model check such

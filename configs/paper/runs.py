@@ -127,14 +127,6 @@ SIZES: dict[str, dict] = {
 SIZE_FIELDS = frozenset().union(*SIZES.values()) | {"model.rope_dims"}
 
 
-def _set(c, path: str, value) -> None:
-  *parents, leaf = path.split(".")
-  node = c
-  for p in parents:
-    node = node[p]
-  node[leaf] = value
-
-
 def get_run_config(run: str, size: str = "cpu"):
   """The ConfigDict of ``run`` (a key of RUNS) at ``size`` (a key of SIZES)."""
   if run not in RUNS:
@@ -146,11 +138,9 @@ def get_run_config(run: str, size: str = "cpu"):
   c.model.rope_base = 1e6
   c.model.tie_embeddings = True
   c.train.weight_decay = 0.1
-  for path, value in SIZES[size].items():
-    _set(c, path, value)
-  for path, value in RUNS[run].items():
-    if path == "rope_of_128":
-      _set(c, "model.rope_dims", value * c.model.head_dim // PAPER_HEAD_DIM)
-    else:
-      _set(c, path, value)
+  c.update_from_flattened_dict(SIZES[size])
+  fields = dict(RUNS[run])
+  if "rope_of_128" in fields:  # after the size: the fraction of its head dim
+    fields["model.rope_dims"] = fields.pop("rope_of_128") * c.model.head_dim // PAPER_HEAD_DIM
+  c.update_from_flattened_dict(fields)
   return c
