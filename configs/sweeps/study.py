@@ -138,7 +138,7 @@ def _late_shift(width: int, steps: int) -> dict:
   return {"model.key_shift": width, "train.shift_frozen_steps": steps // 2}
 
 
-def _fixed(m: int, **extra):
+def fixed(m: int, **extra):
   return variant("configs/kv_chunk.py", {"model.attention.chunk_size": m, **NO_SHIFT, **extra})
 
 
@@ -157,35 +157,35 @@ _CODE = {**code_lm.SHARED, "model.rope_fraction": ModelConfig.rope_fraction,
 # variant -> (its definition, number of seeds)
 VARIANTS = {
     "full": (variant("configs/kv_full.py", NO_SHIFT), 3),
-    "fixed_m4": (_fixed(4), 3),
+    "fixed_m4": (fixed(4), 3),
     "dynamic_m4": (_dynamic(), 3),
-    "fixed_m2": (_fixed(2), 2),
-    "fixed_m8": (_fixed(8), 2),
+    "fixed_m2": (fixed(2), 2),
+    "fixed_m8": (fixed(8), 2),
     "delimiter_m4": (variant("configs/kv_delimiter.py", NO_SHIFT), 2),
-    "fixed_m4_shift": (_fixed(4, **SHIFT), 2),
+    "fixed_m4_shift": (fixed(4, **SHIFT), 2),
     "full_shift": (variant("configs/kv_full.py", SHIFT), 2),
-    "fixed_m4_norope": (_fixed(4, **{"model.rope": False}), 1),
-    "fixed_m4_mean": (_fixed(4, **{"model.attention.pooling": "mean"}), 1),
+    "fixed_m4_norope": (fixed(4, **{"model.rope": False}), 1),
+    "fixed_m4_mean": (fixed(4, **{"model.attention.pooling": "mean"}), 1),
     "full_kv2": (variant("configs/kv_full.py", {**NO_SHIFT, **KV2}), 3),
-    "fixed_m2_kv2": (_fixed(2, **KV2), 3),
-    "fixed_m4_kv2": (_fixed(4, **KV2), 3),
-    "fixed_m8_kv2": (_fixed(8, **KV2), 2),
+    "fixed_m2_kv2": (fixed(2, **KV2), 3),
+    "fixed_m4_kv2": (fixed(4, **KV2), 3),
+    "fixed_m8_kv2": (fixed(8, **KV2), 2),
     # C9 map: key shift width x needle length, and the router on 2-token needles.
-    "fixed_m4_shift3": (_fixed(4, **{"model.key_shift": 3}), 2),
-    "fixed_m4_shift4": (_fixed(4, **{"model.key_shift": 4}), 2),
-    "fixed_m4_kv2_shift2": (_fixed(4, **KV2, **SHIFT), 2),
-    "fixed_m4_kv2_shift3": (_fixed(4, **KV2, **{"model.key_shift": 3}), 2),
-    "fixed_m4_kv2_shift4": (_fixed(4, **KV2, **{"model.key_shift": 4}), 2),
+    "fixed_m4_shift3": (fixed(4, **{"model.key_shift": 3}), 2),
+    "fixed_m4_shift4": (fixed(4, **{"model.key_shift": 4}), 2),
+    "fixed_m4_kv2_shift2": (fixed(4, **KV2, **SHIFT), 2),
+    "fixed_m4_kv2_shift3": (fixed(4, **KV2, **{"model.key_shift": 3}), 2),
+    "fixed_m4_kv2_shift4": (fixed(4, **KV2, **{"model.key_shift": 4}), 2),
     "dynamic_m4_kv2": (_dynamic(**KV2), 2),
     # 3-token needles (3 layers, module docstring): C1, C5 and the C9 map's third row.
     "full_kv3": (variant("configs/kv_full.py", {**NO_SHIFT, **KV3}), 3),
-    "fixed_m4_kv3": (_fixed(4, **KV3), 3),
-    "fixed_m2_kv3": (_fixed(2, **KV3), 2),
+    "fixed_m4_kv3": (fixed(4, **KV3), 3),
+    "fixed_m2_kv3": (fixed(2, **KV3), 2),
     "dynamic_m4_kv3": (_dynamic(**KV3), 3),
-    "fixed_m4_kv3_shift2": (_fixed(4, **KV3, **SHIFT), 2),
-    "fixed_m4_kv3_shift3": (_fixed(4, **KV3, **{"model.key_shift": 3}), 2),
-    "fixed_m4_kv3_shift4": (_fixed(4, **KV3, **{"model.key_shift": 4}), 2),
-    "fixed_m8_kv3": (_fixed(8, **KV3), 2),
+    "fixed_m4_kv3_shift2": (fixed(4, **KV3, **SHIFT), 2),
+    "fixed_m4_kv3_shift3": (fixed(4, **KV3, **{"model.key_shift": 3}), 2),
+    "fixed_m4_kv3_shift4": (fixed(4, **KV3, **{"model.key_shift": 4}), 2),
+    "fixed_m8_kv3": (fixed(8, **KV3), 2),
     "delimiter_m4_kv3": (variant("configs/kv_delimiter.py", {**NO_SHIFT, **KV3}), 2),
     # Sixth part: the delimiter rule on 2-token needles (C8), and full attention with the
     # width-2 key shift on 2- and 3-token needles (the control of the C9 map's rows: does the
@@ -195,27 +195,27 @@ VARIANTS = {
     "full_kv3_shift2": (variant("configs/kv_full.py", {**KV3, **SHIFT}), 2),
     # Seventh part: C5's pair and its full control on 2-token needles at a longer budget.
     "full_kv2_long": (variant("configs/kv_full.py", {**NO_SHIFT, **KV2_LONG}), 2),
-    "fixed_m2_kv2_long": (_fixed(2, **KV2_LONG), 3),
-    "fixed_m4_kv2_long": (_fixed(4, **KV2_LONG), 3),
+    "fixed_m2_kv2_long": (fixed(2, **KV2_LONG), 3),
+    "fixed_m4_kv2_long": (fixed(4, **KV2_LONG), 3),
     # Eighth part: the key shift trained only in the second half of the budget (docstring).
-    "fixed_m4_kv2_shift3_late": (_fixed(4, **KV2, **_late_shift(3, KV2_STEPS)), 2),
+    "fixed_m4_kv2_shift3_late": (fixed(4, **KV2, **_late_shift(3, KV2_STEPS)), 2),
     "full_kv2_shift3_late": (variant("configs/kv_full.py", {**KV2, **_late_shift(3, KV2_STEPS)}),
                              3),
-    "fixed_m4_kv3_shift4_late": (_fixed(4, **KV3, **_late_shift(4, KV3_STEPS)), 2),
+    "fixed_m4_kv3_shift4_late": (fixed(4, **KV3, **_late_shift(4, KV3_STEPS)), 2),
     # Ninth part: keys and queries shifted (width 3) from the start (docstring).
-    "fixed_m4_kv2_qkshift3": (_fixed(4, **KV2, **QK_SHIFT3), 2),
+    "fixed_m4_kv2_qkshift3": (fixed(4, **KV2, **QK_SHIFT3), 2),
     "full_kv2_qkshift3": (variant("configs/kv_full.py", {**KV2, **QK_SHIFT3}), 2),
     # Tenth part: the same on 3-token needles with width 4 (docstring).
-    "fixed_m4_kv3_qkshift4": (_fixed(4, **KV3, **QK_SHIFT4), 2),
+    "fixed_m4_kv3_qkshift4": (fixed(4, **KV3, **QK_SHIFT4), 2),
     "full_kv3_qkshift4": (variant("configs/kv_full.py", {**KV3, **QK_SHIFT4}), 2),
     # Eleventh part: the ninth part's pair at twice the budget (docstring).
-    "fixed_m4_kv2_qkshift3_6k": (_fixed(4, **KV2_QK_LONG), 2),
+    "fixed_m4_kv2_qkshift3_6k": (fixed(4, **KV2_QK_LONG), 2),
     "full_kv2_qkshift3_6k": (variant("configs/kv_full.py", KV2_QK_LONG), 2),
     # Twelfth part: the tenth part's pair at twice the budget (docstring).
-    "fixed_m4_kv3_qkshift4_5k": (_fixed(4, **KV3_QK_LONG), 2),
+    "fixed_m4_kv3_qkshift4_5k": (fixed(4, **KV3_QK_LONG), 2),
     "full_kv3_qkshift4_5k": (variant("configs/kv_full.py", KV3_QK_LONG), 2),
     # Thirteenth part: the ninth part's pair in a model twice as wide (docstring).
-    "fixed_m4_kv2_qkshift3_wide": (_fixed(4, **KV2, **QK_SHIFT3, **WIDE), 2),
+    "fixed_m4_kv2_qkshift3_wide": (fixed(4, **KV2, **QK_SHIFT3, **WIDE), 2),
     "full_kv2_qkshift3_wide": (variant("configs/kv_full.py", {**KV2, **QK_SHIFT3, **WIDE}), 2),
     # C7: the '=' prefix probe on a byte-level code LM, the fixed M = 4 unit of code_lm.py.
     "code_fixed_m4": (variant(code_lm.BASE, {**_CODE, **code_lm.FIXED}), 1),
