@@ -93,7 +93,6 @@ def enforce_lengths(proposals_BxT: Array, segment_ids_BxT: Array, *, min_chunk: 
   return (proposals_BxT & (length_BxT >= min_chunk)) | (length_BxT >= max_chunk)
 
 
-
 class ShardAxis(Protocol):
   """A mesh axis the tokens are split over (``chunkformer.attention.context_axis.ContextAxis``)."""
 
