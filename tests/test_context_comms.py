@@ -18,10 +18,14 @@ from tests import fake_devices
 B, T, D, W, S = cp.BATCH, cp.HLO_SEQ_LEN, cp.HEAD_DIM, cp.WINDOW, cp.STRIDE
 C = T // S  # entries of the fixed kinds
 C_MAX = T // 3  # the dynamic kind's entry capacity: T / min_chunk (min_chunk = 3)
+SHARDS = 4
+E_SHARD = -(-(T // SHARDS) // 3)  # entries that can end in one shard: ceil(T_shard / min_chunk)
 E = 32  # the smoke model's width
-# Dimensions that grow with the row: T, the entries C, the windows' rows C W, the capacity + 1.
-GROWING = {T, C, C * W, C_MAX + 1}
+# Dimensions that grow with the row: T, the entries C, the windows' rows C W, the dynamic
+# kind's capacity C_MAX.
+GROWING = {T, C, C * W, C_MAX}
 HALO = (B, 1, 1, W, D)
+PIECES = (SHARDS, B, D)  # the dynamic kind's pieces of chunks across edges, one per shard
 
 # docs/context_parallel.md: floats per row moved by the collectives that grow with T
 FLOATS_PER_ROW = {
@@ -33,10 +37,10 @@ FLOATS_PER_ROW = {
     ("overlap", "gradient"): 53_760,
     ("v4_indexer", "forward"): 2 * W * D + 8 * C * W * D + T * C,
     ("v4_indexer", "gradient"): 141_312,
-    ("dynamic_router", "forward"): 2 * W * D + E + 3 * (C_MAX + 1) * D,
-    ("dynamic_router", "gradient"): 7_920,
-    ("dynamic_delimiter", "forward"): 2 * W * D + 3 * (C_MAX + 1) * D,
-    ("dynamic_delimiter", "gradient"): 7_728,
+    ("dynamic_router", "forward"): 2 * W * D + E + SHARDS * E_SHARD * D + 3 * SHARDS * D + C_MAX,
+    ("dynamic_router", "gradient"): 8_224,
+    ("dynamic_delimiter", "forward"): 2 * W * D + SHARDS * E_SHARD * D + 3 * SHARDS * D,
+    ("dynamic_delimiter", "gradient"): 7_904,
 }
 # ... and the forward's float collectives, by (op, result shape)
 FORWARD = {
@@ -46,8 +50,10 @@ FORWARD = {
     "v4_indexer": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 4,
                    ("all-gather", (B, T, C)): 1},
     "dynamic_router": {("collective-permute", HALO): 2, ("collective-permute", (B, 1, E)): 1,
-                       ("all-reduce", (B, C_MAX + 1, D)): 3},
-    "dynamic_delimiter": {("collective-permute", HALO): 2, ("all-reduce", (B, C_MAX + 1, D)): 3},
+                       ("all-gather", (B, SHARDS * E_SHARD, D)): 1, ("all-gather", PIECES): 3,
+                       ("all-reduce", (B, C_MAX)): 1},
+    "dynamic_delimiter": {("collective-permute", HALO): 2,
+                          ("all-gather", (B, SHARDS * E_SHARD, D)): 1, ("all-gather", PIECES): 3},
 }
 
 

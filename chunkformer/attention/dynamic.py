@@ -37,6 +37,10 @@ loss into ``aux_loss`` and the measured mean chunk length (tokens per entry) int
 Projections follow ``attn.layout`` (qwen3 or deepseek_v4, as the fixed kind), and values that
 carry RoPE are rotated back at the query position after attention (``common.derotate``).
 
+With the row's tokens split over a mesh axis (``mesh.context > 1``) the length rules run per
+shard (``chunking.enforce_lengths(axis=)``) and each shard pools only the chunks its tokens
+touch, at most ceil(T_shard / min_chunk) + 1 (``dynamic_context``), into the same entries.
+
 Decoding (ctx.decode): see chunkformer/kvcache/dynamic.py (cache and step).
 """
 
@@ -48,7 +52,7 @@ import jax.numpy as jnp
 
 import kernels
 from chunkformer import chunking
-from chunkformer.attention import query_blocks
+from chunkformer.attention import context_axis, dynamic_context, query_blocks
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.chunking import boundaries as boundaries_lib
 from chunkformer.chunking.boundaries import (
@@ -129,7 +133,8 @@ class DynamicAttention(nn.Module):
       raise ValueError(f"layer {self.layer}: the router boundaries of its group ({key}) come "
                        "from an earlier layer through `shared`, which does not hold them")
     probs = None if router is None else router(x_BxTxE, seg)
-    bounds = boundaries_lib.compute(a, ctx.tokens_BxT, ctx.positions_BxT, seg, probs)
+    bounds = boundaries_lib.compute(a, ctx.tokens_BxT, ctx.positions_BxT, seg, probs,
+                                    context_axis.current())
     loss = boundaries_lib.weighted_ratio_loss(a, bounds, seg)
     if loss is not None:
       self.sow("aux_loss", "ratio_loss", loss)
@@ -150,16 +155,22 @@ class DynamicAttention(nn.Module):
     start_pos_BxC = jnp.take_along_axis(ctx.positions_BxT, first_BxC, axis=1)
     scale_BxC = bounds.entry_scale_BxC()
     entries = {}
+    axis = context_axis.current()
     for stream, comp in compressors.items():
       kv, z = comp.project(x_BxTxE, seg)
       kh, r = kv.shape[2:]
       bias = comp.slot_bias()
-      pooled, entry_ends, entry_seg = kernels.segment_pool(
-          kv.reshape(b, t, kh * r),
-          jnp.zeros((b, t, kh * r), kv.dtype) if z is None else z.reshape(b, t, kh * r),
-          bounds.ends_BxT, seg, capacity=cap,
-          slot_bias_SxN=None if bias is None else jnp.reshape(bias, (bias.shape[0], kh * r)),
-          implementation=a.implementation, interpret=a.interpret, structure=layout.structure)
+      values = kv.reshape(b, t, kh * r)
+      logits = jnp.zeros((b, t, kh * r), kv.dtype) if z is None else z.reshape(b, t, kh * r)
+      bias = None if bias is None else jnp.reshape(bias, (bias.shape[0], kh * r))
+      if axis is None:
+        pooled = kernels.segment_pool(
+            values, logits, bounds.ends_BxT, seg, capacity=cap, slot_bias_SxN=bias,
+            implementation=a.implementation, interpret=a.interpret,
+            structure=layout.structure)[0]
+      else:  # the row's tokens split over devices: each pools its own chunks (dynamic_context)
+        pooled = dynamic_context.pool(values, logits, layout.structure, bias, axis,
+                                      a.shortest_chunk)
       positions = jnp.broadcast_to(start_pos_BxC[:, :, None], (b, cap, kh))
       entry = comp.finish(pooled.reshape(b, cap, kh, r), positions)
       if scale_BxC is not None:

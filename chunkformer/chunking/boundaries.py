@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer.chunking.delimiter import delimiter_proposals
-from chunkformer.chunking.end_flags import enforce_lengths, fixed_end_flags
+from chunkformer.chunking.end_flags import ShardAxis, enforce_lengths, fixed_end_flags
 from chunkformer.chunking.packing import PackedLayout, entry_capacity, packed_layout
 from chunkformer.chunking.ratio_loss import decided_probs, mean_chunk_length, ratio_loss
 from chunkformer.chunking.router import hard_proposals, straight_through
@@ -92,11 +92,14 @@ def visibility_delay(attn: AttentionConfig) -> int:
 
 
 def predict_end_flags(attn: AttentionConfig, tokens_BxT: Array, positions_BxT: Array,
-                      segment_ids_BxT: Array, probs_BxT: Array | None) -> Array:
+                      segment_ids_BxT: Array, probs_BxT: Array | None,
+                      axis: ShardAxis | None = None) -> Array:
   """ends_BxT (a chunk's last token) of the configured predictor.
 
   ``probs`` is the router's output for 'router'. The flag at t depends on tokens
   <= t + ``visibility_delay(attn)``; entries become visible that many tokens after their end.
+  ``axis``: the mesh axis the tokens are split over (context parallelism), or None; the
+  length rules then run per shard (``end_flags.enforce_lengths``).
   """
   if attn.boundary == "fixed":
     return fixed_end_flags(positions_BxT, attn.chunk_size, attn.chunk_offset)
@@ -107,13 +110,14 @@ def predict_end_flags(attn: AttentionConfig, tokens_BxT: Array, positions_BxT: A
     if visibility_delay(attn):  # p_t starts a chunk at t: the chunk before it ends at t - 1
       proposals = jnp.pad(proposals[:, 1:], ((0, 0), (0, 1)))
   return enforce_lengths(proposals, segment_ids_BxT, min_chunk=attn.min_chunk,
-                         max_chunk=attn.max_chunk)
+                         max_chunk=attn.max_chunk, axis=axis)
 
 
 def compute(attn: AttentionConfig, tokens_BxT: Array, positions_BxT: Array,
-            segment_ids_BxT: Array, probs_BxT: Array | None) -> Boundaries:
+            segment_ids_BxT: Array, probs_BxT: Array | None,
+            axis: ShardAxis | None = None) -> Boundaries:
   """The ``Boundaries`` of a row batch: end flags, probabilities and the packed layout."""
-  ends = predict_end_flags(attn, tokens_BxT, positions_BxT, segment_ids_BxT, probs_BxT)
+  ends = predict_end_flags(attn, tokens_BxT, positions_BxT, segment_ids_BxT, probs_BxT, axis)
   layout = packed_layout(ends, segment_ids_BxT, capacity(attn, ends.shape[1]),
                          delay=visibility_delay(attn))
   return Boundaries(ends, probs_BxT, layout)

@@ -14,8 +14,12 @@ simply never becomes an entry. This also bounds the number of entries of a row b
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 Array = jax.Array
 
@@ -44,18 +48,21 @@ def shortest_chunk(chunk_size: int, offset: int) -> int:
 
 
 def enforce_lengths(proposals_BxT: Array, segment_ids_BxT: Array, *, min_chunk: int,
-                    max_chunk: int) -> Array:
+                    max_chunk: int, axis: ShardAxis | None = None) -> Array:
   """End flags from proposed closes under chunk length limits (a causal state machine).
 
   Scanning left to right with L = length of the open chunk including t: the chunk closes at t
   iff (proposed at t and L >= min_chunk) or L == max_chunk; a document start resets L.
   Implemented as a parallel prefix over the state-transition maps (state = open length before
-  t, in [0, max_chunk)), so the cost is O(T log T * max_chunk) with no sequential loop.
+  t, in [0, max_chunk)), so the cost is O(T log T * max_chunk) with no sequential loop. With
+  the tokens split over a mesh ``axis`` (context parallelism) each shard scans its own maps
+  and the shards exchange one composed map each (``_open_lengths_over_shards``).
 
   Args:
     proposals_BxT: bool, the predictor's proposed closes.
     segment_ids_BxT: int, document id per token.
     min_chunk, max_chunk: chunk length limits in tokens, 1 <= min_chunk <= max_chunk.
+    axis: the mesh axis (``.name``, ``.size``) the token axis is split over, or None.
 
   Returns:
     ends_BxT: bool end flags.
@@ -75,13 +82,47 @@ def enforce_lengths(proposals_BxT: Array, segment_ids_BxT: Array, *, min_chunk: 
       length_BxTxS >= max_chunk)
   maps_BxTxS = jnp.where(close_BxTxS, 0, length_BxTxS)
 
-  def compose(earlier, later):  # (later o earlier)[s] = later[earlier[s]]
-    return jnp.take_along_axis(later, earlier, axis=-1)
-
-  prefix_BxTxS = jax.lax.associative_scan(compose, maps_BxTxS, axis=1)
-  after_BxT = prefix_BxTxS[..., 0]  # every row starts with an empty open chunk
-  open_before_BxT = jnp.pad(after_BxT, ((0, 0), (1, 0)))[:, :-1]
+  if axis is None:
+    prefix_BxTxS = jax.lax.associative_scan(_compose, maps_BxTxS, axis=1)
+    after_BxT = prefix_BxTxS[..., 0]  # every row starts with an empty open chunk
+    open_before_BxT = jnp.pad(after_BxT, ((0, 0), (1, 0)))[:, :-1]
+  else:
+    open_before_BxT = _open_lengths_over_shards(maps_BxTxS, axis)
   open_before_BxT = jnp.where(starts_BxT, 0, open_before_BxT)
   length_BxT = open_before_BxT + 1
   return (proposals_BxT & (length_BxT >= min_chunk)) | (length_BxT >= max_chunk)
 
+
+class ShardAxis(Protocol):
+  """A mesh axis the tokens are split over (``chunkformer.attention.context_axis.ContextAxis``)."""
+
+  name: str
+  size: int
+
+
+def _compose(earlier: Array, later: Array) -> Array:
+  """(later o earlier)[s] = later[earlier[s]] of state maps (last axis: the state)."""
+  return jnp.take_along_axis(later, earlier, axis=-1)
+
+
+def _open_lengths_over_shards(maps_BxTxS: Array, axis: ShardAxis) -> Array:
+  """open_before_BxT (the open length before each token) with the tokens split over ``axis``.
+
+  The state machine is causal, so each shard needs only the state entering its first token:
+  the composition of every earlier shard's maps applied to the empty state. Each shard scans
+  its own maps and all-gathers its composed map (``max_chunk`` integers per row), where the
+  partitioned whole-row scan would reshard at every level of the parallel prefix.
+  """
+  def local(maps_BxLxS):
+    n, device = axis.size, jax.lax.axis_index(axis.name)
+    prefix_BxLxS = jax.lax.associative_scan(_compose, maps_BxLxS, axis=1)
+    totals_NxBxS = jax.lax.all_gather(prefix_BxLxS[:, -1], axis.name)
+    entering_B = jnp.zeros(maps_BxLxS.shape[:1], jnp.int32)
+    for shard in range(n - 1):  # n is the mesh axis' size: a few steps of B integers
+      moved = jnp.take_along_axis(totals_NxBxS[shard], entering_B[:, None], axis=1)[:, 0]
+      entering_B = jnp.where(shard < device, moved, entering_B)
+    after_BxL = jnp.take_along_axis(prefix_BxLxS, entering_B[:, None, None], axis=2)[..., 0]
+    return jnp.concatenate([entering_B[:, None], after_BxL[:, :-1]], axis=1)
+
+  spec = nn.logical_to_mesh_axes(("batch", "length", None))
+  return jax.shard_map(local, in_specs=spec, out_specs=PartitionSpec(*spec[:2]))(maps_BxTxS)
