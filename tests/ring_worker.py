@@ -1,20 +1,21 @@
 """The ring exchange of full attention (mesh.context_strategy = ring) against one device.
 
 Run by tests/test_context_ring.py in ONE fresh process with 8 fake CPU devices.
-- ``--attention``: ``attention.ring.ring_attention`` alone (GQA, documents across the shard
-  edges), load-balanced on data 2 x context 4 and in the natural layout on context 2 x tensor 4
-  with the kv heads unsplit, its output and the
+- the attention case (the default): ``attention.ring.ring_attention`` alone (GQA, documents
+  across the shard edges) on context 2, 4 and 8 (``QUICK_CASES``; with ``--all_cases`` every
+  one of them in both layouts, and the ring differentiated by JAX), its output and the
   gradients of a weighted sum of it against ``jax.nn.dot_product_attention`` with the dense
-  document-causal mask on one device; and the collectives of the optimised HLO of its forward
-  on context = 4, natural layout (``--hlo``).
+  document-causal mask on one device; and the collectives of the optimised HLO of its forward,
+  and of its forward and backward, on context = 4, natural layout (``--hlo``).
 - ``--model``: the training loss and gradients of a two-layer full-attention model on each
   mesh of ``MODEL_MESHES``, ring with and without load balancing, against one device (and the
   optimised HLO of a one-layer model's forward under context = 4, ring, with ``--hlo``).
 
-  python tests/ring_worker.py --attention --out ring.npz --hlo collectives.json
+  python tests/ring_worker.py --out ring.npz --hlo collectives.json
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -35,14 +36,19 @@ from tests import context_parallel_worker as cp  # noqa: E402
 
 # The attention case: B rows of T tokens, H query heads over K kv heads (GQA), head dim D.
 B, T, H, K, D = 2, 32, 4, 2, 8
-ATTENTION_MESH = (2, 1, 4, 1)  # data 2 x context 4: 8 tokens per shard, chunks of 4 balanced
 # context 2 x tensor 4 with the kv heads left whole (K = 2 < 4, as fit_rules leaves them): each
-# device's one query head picks its kv head from the ring's blocks. Two cases keep the suite's
-# compiles few: balanced on ATTENTION_MESH, natural on HEADS_MESH (the model case has both
-# layouts on every mesh).
+# device's one query head picks its kv head from the ring's blocks.
 HEADS_MESH = (1, 1, 2, 4)
+# (data, fsdp, context, tensor), balanced, queries per tile: context 2, 4, 8, each in both
+# layouts; tiles of 3 cut a hop's 4, 8 or 16 queries unevenly (the last tile padded). The
+# suite runs QUICK_CASES (a compile each, 4-10 s); --all_cases adds the rest and the cases
+# differentiated by JAX through the forward ring (the autodiff reference, AUTODIFF_CASES).
+QUICK_CASES = ((HEADS_MESH, False, 512), ((2, 1, 4, 1), True, 3), ((1, 1, 8, 1), True, 512))
+ATTENTION_CASES = QUICK_CASES + ((HEADS_MESH, True, 3), ((2, 1, 4, 1), False, 512),
+                                 ((1, 1, 8, 1), False, 3))
+AUTODIFF_CASES = ((HEADS_MESH, True, 3), ((1, 1, 8, 1), False, 3))
 HLO_T = 64  # the HLO read of the attention alone: context 4, 16 tokens per shard
-DOCUMENT_STARTS = ((0, 6, 19), (0, 11, 12, 27))  # documents cross the shard edges (8, 16, 24)
+DOCUMENT_STARTS = ((0, 6, 19), (0, 11, 12, 27))  # documents cross the shard edges (4, 8, ...)
 # (data, fsdp, context, tensor) of the model case: context 2, 4, 8 alone, with data 2, and
 # fsdp 2 x context 2 x tensor 2 (the query heads split, the one kv head whole).
 MODEL_MESHES = ((1, 1, 2, 1), (1, 1, 4, 1), (1, 1, 8, 1), (2, 1, 2, 1), (2, 1, 4, 1),
@@ -72,7 +78,7 @@ def _reference(q, k, v, seg):
                                       implementation="xla")
 
 
-def _ring(q, k, v, seg, balanced: bool):
+def _ring(q, k, v, seg, balanced: bool, tile: int = ring.QUERY_TILE, backward: str = "ring"):
   """Ring attention under the mesh and rules in force; balanced: reordered in and out."""
   axis = context_axis.current()
   names = {"q": ("batch", "length", "heads", "head_dim"),
@@ -81,7 +87,8 @@ def _ring(q, k, v, seg, balanced: bool):
     q = load_balance.reorder(q, names["q"], axis)
     k, v = (load_balance.reorder(x, names["kv"], axis) for x in (k, v))
     seg = load_balance.reorder(seg, names["seg"], axis)
-  o = ring.ring_attention(q, k, v, seg, axis, balanced=balanced)
+  o = ring.ring_attention(q, k, v, seg, axis, balanced=balanced, query_tile=tile,
+                         backward=backward)
   return load_balance.reorder(o, names["q"], axis, inverse=True) if balanced else o
 
 
@@ -103,31 +110,39 @@ def _under_mesh(mesh_shape, devices):
   return mesh, sharding.normalize_rules(rules)
 
 
-def attention_case(devices) -> dict[str, np.ndarray]:
+def case_name(mesh_shape, balanced, tile, backward="ring") -> str:
+  return "x".join(map(str, mesh_shape)) + f"/balanced={balanced}/tile={tile}/{backward}"
+
+
+def attention_case(devices, all_cases: bool) -> dict[str, np.ndarray]:
   q, k, v, seg, w = _inputs(T)
   arrays = {}
   o, grads = jax.jit(lambda *a: _value_and_grads(_reference, *a))(q, k, v, seg, w)
   for name, x in zip(("o", "dq", "dk", "dv"), (o, *grads), strict=True):
     arrays[f"reference/{name}"] = np.asarray(x)
-  for mesh_shape, balanced in ((ATTENTION_MESH, True), (HEADS_MESH, False)):
+  runs = [(*case, "ring") for case in (ATTENTION_CASES if all_cases else QUICK_CASES)]
+  runs += [(*case, "autodiff") for case in AUTODIFF_CASES] if all_cases else []
+  for mesh_shape, balanced, tile, backward in runs:
     mesh, rules = _under_mesh(mesh_shape, devices)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-      fn = jax.jit(lambda *a, b=balanced: _value_and_grads(
-          lambda q, k, v, s: _ring(q, k, v, s, b), *a))
-      o, grads = fn(q, k, v, seg, w)
-    case = "x".join(map(str, mesh_shape)) + f"/balanced={balanced}"
+      attend = functools.partial(_ring, balanced=balanced, tile=tile, backward=backward)
+      o, grads = jax.jit(lambda *a, f=attend: _value_and_grads(f, *a))(q, k, v, seg, w)
+    case = case_name(mesh_shape, balanced, tile, backward)
     for name, x in zip(("o", "dq", "dk", "dv"), (o, *grads), strict=True):
       arrays[f"{case}/{name}"] = np.asarray(x)
   return arrays
 
 
 def attention_hlo(devices) -> dict[str, list[dict]]:
-  """Collectives of the optimised HLO of the ring's forward, context = 4 (one process)."""
-  q, k, v, seg, _ = _inputs(HLO_T)
+  """Collectives of the optimised HLO of the ring's forward, and of its forward and backward
+  (the gradients of the weighted sum), context = 4 (one process)."""
+  q, k, v, seg, w = _inputs(HLO_T)
   mesh, rules = _under_mesh((1, 1, 4, 1), devices)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    hlo = jax.jit(lambda *a: _ring(*a, False)).lower(q, k, v, seg).compile().as_text()
-  return {"ring": cp.collectives(hlo)}
+    forward = jax.jit(lambda *a: _ring(*a, False)).lower(q, k, v, seg).compile().as_text()
+    both = jax.jit(lambda *a: _value_and_grads(lambda *b: _ring(*b, False), *a)[1]).lower(
+        q, k, v, seg, w).compile().as_text()
+  return {"ring": cp.collectives(forward), "ring_backward": cp.collectives(both)}
 
 
 def model_case(devices) -> dict[str, np.ndarray]:
@@ -164,13 +179,16 @@ def main() -> None:
   parser.add_argument("--out", required=True)
   parser.add_argument("--hlo", default="")
   parser.add_argument("--model", action="store_true", help="the model case (slow)")
+  parser.add_argument("--all_cases", action="store_true",
+                      help="the attention case on every mesh and layout, and autodiff")
   args = parser.parse_args()
   devices = jax.devices()
   assert len(devices) == 8, devices
   # The equality cases skip XLA's optimisations (their compiles are the cost); the HLO read is
   # the optimised one.
   jax.config.update("jax_disable_most_optimizations", True)
-  np.savez(args.out, **(model_case(devices) if args.model else attention_case(devices)))
+  arrays = model_case(devices) if args.model else attention_case(devices, args.all_cases)
+  np.savez(args.out, **arrays)
   if args.hlo:
     jax.config.update("jax_disable_most_optimizations", False)
     hlo = model_hlo(devices) if args.model else attention_hlo(devices)

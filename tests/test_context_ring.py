@@ -3,12 +3,14 @@ without the causal load balancing, computes what one device computes and sends w
 docs/context_parallel.md states.
 
 One fresh process with 8 fake CPU devices (tests/ring_worker.py) runs the ring attention alone
-(GQA, documents across the shard edges; load-balanced on data 2 x context 4, natural on
-context 2 x tensor 4) and reads the optimised HLO of its forward on context = 4: the suite's
-quick case (about 15 s of CPU time). The model case (a two-layer full model's
-loss and gradients on context 2, 4, 8 alone, with data 2 and on fsdp 2 x context 2 x tensor 2,
-each with and without load balancing, and a one-layer model's HLO) costs minutes of compiles
-and runs with CHUNKFORMER_SLOW_TESTS=1.
+(GQA, documents across the shard edges; natural on context 2 x tensor 4, load-balanced on
+data 2 x context 4 in uneven tiles of queries and on context 8), its custom VJP's gradients
+included, and reads the optimised HLO of its forward and backward on context = 4: the suite's
+quick case (about 25 s of CPU time). With CHUNKFORMER_SLOW_TESTS=1: the attention on every one
+of those meshes in both layouts, and against JAX's autodiff of the forward ring; the model case
+(a two-layer full model's loss and gradients on context 2, 4, 8 alone, with data 2 and on
+fsdp 2 x context 2 x tensor 2, each with and without load balancing, and a one-layer model's
+HLO), minutes of compiles.
 """
 
 import json
@@ -27,12 +29,13 @@ from tests import fake_devices
 from tests import ring_worker as worker
 from tests.test_sharding import _context_config
 
-TIMEOUT_S = 900
+TIMEOUT_S = 1800  # the model case: 13 meshes, each two passes of the ring to compile
 
 slow = pytest.mark.skipif(
     os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
-    reason="4-6 minutes of compiles (thirteen meshes of a two-layer step, two HLO reads); "
-           "CHUNKFORMER_SLOW_TESTS=1 runs it (the suite runs the attention case)")
+    reason="4-6 minutes of compiles (thirteen meshes of a two-layer step, two HLO reads; the "
+           "attention on every layout); CHUNKFORMER_SLOW_TESTS=1 runs it (the suite runs the "
+           "quick attention case)")
 
 
 def _run_worker(base, *flags):
@@ -49,6 +52,11 @@ def attention_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def every_attention_run(tmp_path_factory):
+  return _run_worker(tmp_path_factory.mktemp("ring_attention_all"), "--all_cases")
+
+
+@pytest.fixture(scope="module")
 def model_run(tmp_path_factory):
   return _run_worker(tmp_path_factory.mktemp("ring_model"), "--model")
 
@@ -57,16 +65,21 @@ def _f32(collectives, op):
   return Counter(tuple(c["shape"]) for c in collectives if c["op"] == op and c["dtype"] == "f32")
 
 
-@pytest.mark.parametrize("case", ["2x1x4x1/balanced=True", "1x1x2x4/balanced=False"])
-def test_ring_attention_and_its_gradients_equal_one_device(attention_run, case):
-  """data 2 x context 4 with load balancing; context 2 x tensor 4 in the natural layout with
-  the query heads split and the kv heads whole (GQA across the split)."""
-  arrays, _ = attention_run
+def _assert_equal_to_reference(arrays, case):
   for name in ("o", "dq", "dk", "dv"):
     want = arrays[f"reference/{name}"]
     assert np.abs(want).max() > 1e-3, name  # every gradient reaches the inputs
     np.testing.assert_allclose(arrays[f"{case}/{name}"], want, atol=1e-5, rtol=0,
-                               err_msg=name)
+                               err_msg=f"{case} {name}")
+
+
+@pytest.mark.parametrize("case", worker.QUICK_CASES,
+                         ids=lambda case: worker.case_name(*case))
+def test_ring_attention_and_its_gradients_equal_one_device(attention_run, case):
+  """Context 2 x tensor 4 in the natural layout with the query heads split and the kv heads
+  whole (GQA across the split); data 2 x context 4 load-balanced, hops cut into tiles of 3
+  queries; context 8 load-balanced. The gradients are the custom VJP's."""
+  _assert_equal_to_reference(attention_run[0], worker.case_name(*case))
 
 
 def test_ring_sends_kv_blocks_round_the_ring_and_gathers_nothing(attention_run):
@@ -80,6 +93,35 @@ def test_ring_sends_kv_blocks_round_the_ring_and_gathers_nothing(attention_run):
   ids = Counter(tuple(c["shape"]) for c in ring if c["dtype"] == "s32")
   assert ids == Counter({(worker.B, worker.HLO_T // n): n - 1})
   assert not [c for c in ring if c["op"] in ("all-gather", "all-reduce", "all-to-all")]
+
+
+def test_ring_backward_brings_dkv_home_in_n_hops(attention_run):
+  """Forward and backward in one step: 2 (n - 1) collective-permutes of K/V blocks and 2 n of
+  their float32 gradients (each block's dK/dV travel with it and return home after n hops),
+  all [B, T/n, K, D]; n - 1 of the document ids. XLA sends each K/V block once: the backward's
+  second pass shares the forward's identical collective-permutes. No all-gather, no
+  all-reduce: nothing is gathered or summed over the ring."""
+  _, hlo = attention_run
+  n, block = 4, (worker.B, worker.HLO_T // 4, worker.K, worker.D)
+  both = hlo["ring_backward"]
+  sends = Counter((c["dtype"], tuple(c["shape"])) for c in both if c["op"] == "collective-permute")
+  assert sends == Counter({("f32", block): 2 * (n - 1) + 2 * n, ("s32", block[:2]): n - 1})
+  assert not [c for c in both if c["op"] != "collective-permute"]
+
+
+@slow
+def test_ring_attention_equals_one_device_and_autodiff_in_every_layout(every_attention_run):
+  """Context 2, 4 and 8, each natural and load-balanced; and JAX's autodiff of the forward ring
+  (every hop's blocks kept) gives the custom VJP's gradients."""
+  arrays, _ = every_attention_run
+  for case in worker.ATTENTION_CASES:
+    _assert_equal_to_reference(arrays, worker.case_name(*case))
+  for case in worker.AUTODIFF_CASES:
+    _assert_equal_to_reference(arrays, worker.case_name(*case, backward="autodiff"))
+    for name in ("dq", "dk", "dv"):
+      np.testing.assert_allclose(arrays[worker.case_name(*case, backward="autodiff") + f"/{name}"],
+                                 arrays[worker.case_name(*case) + f"/{name}"], atol=1e-5, rtol=0,
+                                 err_msg=f"{case} {name}")
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
