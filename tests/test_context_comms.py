@@ -22,6 +22,9 @@ E = 32  # the smoke model's width
 # Dimensions that grow with the row: T, the entries C, the windows' rows C W, the capacity + 1.
 GROWING = {T, C, C * W, C_MAX + 1}
 HALO = (B, 1, 1, W, D)
+# The overlapping windows' halo: the previous shard's last chunk of S tokens, projected by the
+# compressor's two maps (payload and gate: 2 D channels each).
+CHUNK = (B, 1, S, 1, 2 * D)
 
 # docs/context_parallel.md: floats per row moved by the collectives that grow with T
 FLOATS_PER_ROW = {
@@ -29,10 +32,10 @@ FLOATS_PER_ROW = {
     ("full", "gradient"): 4 * T * D,
     ("fixed", "forward"): (2 * W + C) * D,
     ("fixed", "gradient"): 6_144,
-    ("overlap", "forward"): 2 * W * D + 4 * C * W * D,
-    ("overlap", "gradient"): 53_760,
-    ("v4_indexer", "forward"): 2 * W * D + 8 * C * W * D + T * C,
-    ("v4_indexer", "gradient"): 141_312,
+    ("overlap", "forward"): 2 * W * D + 2 * S * 2 * D + C * D,
+    ("overlap", "gradient"): 7_680,
+    ("v4_indexer", "forward"): 2 * W * D + 4 * S * 2 * D + 2 * C * D,
+    ("v4_indexer", "gradient"): 13_824,
     ("dynamic_router", "forward"): 2 * W * D + E + 3 * (C_MAX + 1) * D,
     ("dynamic_router", "gradient"): 7_920,
     ("dynamic_delimiter", "forward"): 2 * W * D + 3 * (C_MAX + 1) * D,
@@ -42,9 +45,11 @@ FLOATS_PER_ROW = {
 FORWARD = {
     "full": {("all-gather", (B, T, 1, D)): 2},
     "fixed": {("collective-permute", HALO): 2, ("all-gather", (B, 1, C, D)): 1},
-    "overlap": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 2},
-    "v4_indexer": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 4,
-                   ("all-gather", (B, T, C)): 1},
+    "overlap": {("collective-permute", HALO): 2, ("collective-permute", CHUNK): 2,
+                ("all-gather", (B, 1, C, D)): 1},
+    # the main and the indexer's compressor: a chunk each for payload and gate; both entries
+    "v4_indexer": {("collective-permute", HALO): 2, ("collective-permute", CHUNK): 4,
+                   ("all-gather", (B, 1, C, D)): 1, ("all-gather", (B, C, D)): 1},
     "dynamic_router": {("collective-permute", HALO): 2, ("collective-permute", (B, 1, E)): 1,
                        ("all-reduce", (B, C_MAX + 1, D)): 3},
     "dynamic_delimiter": {("collective-permute", HALO): 2, ("all-reduce", (B, C_MAX + 1, D)): 3},
