@@ -26,6 +26,9 @@ E = 32  # the smoke model's width
 GROWING = {T, C, C * W, C_MAX}
 HALO = (B, 1, 1, W, D)
 PIECES = (SHARDS, B, D)  # the dynamic kind's pieces of chunks across edges, one per shard
+# The overlapping windows' halo: the previous shard's last chunk of S tokens, projected by the
+# compressor's two maps (payload and gate: 2 D channels each).
+CHUNK = (B, 1, S, 1, 2 * D)
 
 # docs/context_parallel.md: floats per row moved by the collectives that grow with T
 FLOATS_PER_ROW = {
@@ -33,10 +36,10 @@ FLOATS_PER_ROW = {
     ("full", "gradient"): 4 * T * D,
     ("fixed", "forward"): (2 * W + C) * D,
     ("fixed", "gradient"): 6_144,
-    ("overlap", "forward"): 2 * W * D + 4 * C * W * D,
-    ("overlap", "gradient"): 53_760,
-    ("v4_indexer", "forward"): 2 * W * D + 8 * C * W * D + T * C,
-    ("v4_indexer", "gradient"): 141_312,
+    ("overlap", "forward"): 2 * W * D + 2 * S * 2 * D + C * D,
+    ("overlap", "gradient"): 7_680,
+    ("v4_indexer", "forward"): 2 * W * D + 4 * S * 2 * D + 2 * C * D,
+    ("v4_indexer", "gradient"): 13_824,
     ("dynamic_router", "forward"): 2 * W * D + E + SHARDS * E_SHARD * D + 3 * SHARDS * D + C_MAX,
     ("dynamic_router", "gradient"): 8_224,
     ("dynamic_delimiter", "forward"): 2 * W * D + SHARDS * E_SHARD * D + 3 * SHARDS * D,
@@ -46,9 +49,11 @@ FLOATS_PER_ROW = {
 FORWARD = {
     "full": {("all-gather", (B, T, 1, D)): 2},
     "fixed": {("collective-permute", HALO): 2, ("all-gather", (B, 1, C, D)): 1},
-    "overlap": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 2},
-    "v4_indexer": {("collective-permute", HALO): 2, ("all-reduce", (B, C * W, 1, 2 * D)): 4,
-                   ("all-gather", (B, T, C)): 1},
+    "overlap": {("collective-permute", HALO): 2, ("collective-permute", CHUNK): 2,
+                ("all-gather", (B, 1, C, D)): 1},
+    # the main and the indexer's compressor: a chunk each for payload and gate; both entries
+    "v4_indexer": {("collective-permute", HALO): 2, ("collective-permute", CHUNK): 4,
+                   ("all-gather", (B, 1, C, D)): 1, ("all-gather", (B, C, D)): 1},
     "dynamic_router": {("collective-permute", HALO): 2, ("collective-permute", (B, 1, E)): 1,
                        ("all-gather", (B, SHARDS * E_SHARD, D)): 1, ("all-gather", PIECES): 3,
                        ("all-reduce", (B, C_MAX)): 1},

@@ -99,12 +99,29 @@ def select_exactly_topk(scores_BxTxC: Array, visible_BxTxC: Array, k: int) -> Ar
   """selected_BxTxC: the k highest-scoring visible entries (all when fewer are visible).
 
   Exactly k, as the reference's ``topk``: ReLU scores tie at 0 often, and a threshold would
-  admit every tied entry. Ties go to the lower entry index (``lax.top_k`` is stable).
+  admit every tied entry. Ties go to the lower entry index, and the order is ``lax.top_k``'s
+  (floats' total order: +0 above -0). It is found by a stable sort along the entries rather
+  than ``lax.top_k``: XLA's partitioner gives TopK its whole input on every device, which under
+  a mesh that splits the tokens all-gathers every query's scores, where a sort along the
+  entries stays split along the queries.
   """
-  masked = jnp.where(visible_BxTxC, scores_BxTxC, -jnp.inf)
-  _, idx_BxTxK = jax.lax.top_k(jax.lax.stop_gradient(masked), min(k, masked.shape[-1]))
-  hit = jnp.any(idx_BxTxK[..., None] == jnp.arange(masked.shape[-1]), axis=-2)
+  masked = jax.lax.stop_gradient(jnp.where(visible_BxTxC, scores_BxTxC, -jnp.inf))
+  c = masked.shape[-1]
+  _, order_BxTxC = jax.lax.sort((descending_key(masked), jax.lax.broadcasted_iota(
+      jnp.int32, masked.shape, masked.ndim - 1)), dimension=masked.ndim - 1, num_keys=1,
+      is_stable=True)
+  idx_BxTxK = order_BxTxC[..., :min(k, c)]
+  hit = jnp.any(idx_BxTxK[..., None] == jnp.arange(c), axis=-2)
   return hit & visible_BxTxC
+
+
+def descending_key(x: Array) -> Array:
+  """int32 keys whose ascending order is float32 ``x``'s descending total order (the order of
+  ``lax.top_k``; a sort of floats would tie -0 with +0): the bits of a negative float count
+  down, so flipping all but the sign bit of those orders them as integers, then ``~`` turns
+  ascending into descending without overflow."""
+  bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+  return ~(bits ^ ((bits >> 31) & 0x7FFFFFFF))
 
 
 class IndexInputs(NamedTuple):

@@ -102,19 +102,21 @@ def fixed_chunks(seq_len: int, chunk_size: int, offsets_BxK: Array | None, batch
   ends = tok[:, :, w - 1, :]
   in_row = (tok >= 0) & (tok < t)
 
-  def at_tokens(x_BxT: Array, tok_BxCxWxK: Array) -> Array:
-    return pooling.gather_slots(jnp.broadcast_to(x_BxT[:, :, None], (batch, t, num_kv_heads)),
-                                tok_BxCxWxK)
+  def at_window(x_BxT: Array) -> Array:
+    """x at every window slot, x_BxCxWxK (the chunk's last token at slot W - 1)."""
+    return pooling.window_slots(jnp.broadcast_to(x_BxT[:, :, None], (batch, t, num_kv_heads)),
+                                c, m, w, offsets_BxK)
 
   seg_end = None
   if segment_ids_BxT is not None:
-    seg_end = at_tokens(segment_ids_BxT, ends[:, :, None, :])
-    in_row &= at_tokens(segment_ids_BxT, tok) == seg_end
+    seg = at_window(segment_ids_BxT)
+    seg_end = seg[:, :, w - 1:]
+    in_row &= seg == seg_end
   lag = w - 1 if align == "start" else m - 1
   if positions_BxT is None:
     positions = ends - lag
   else:
-    positions = at_tokens(positions_BxT, ends[:, :, None, :])[:, :, 0] - lag
+    positions = at_window(positions_BxT)[:, :, w - 1] - lag
   if align == "start":  # only windows that lie whole in the row and in their document
     if seg_end is None:  # one document
       seg_end = jnp.zeros_like(ends[:, :, None, :])
@@ -245,9 +247,7 @@ class Compressor(nn.Module):
   def slot_buffer(self, x_BxTxK_: Array, chunks: FixedChunks) -> Array:
     """Per-token x laid out as the fixed windows' slot buffer, x_BxCxWxK_."""
     c, w = chunks.window_tok_BxCxWxK.shape[1:3]
-    if chunks.offsets_BxK is None and w == self.attn.chunk_size:
-      return pooling.reshape_slots(x_BxTxK_, c, w)
-    return pooling.gather_slots(x_BxTxK_, chunks.window_tok_BxCxWxK)
+    return pooling.window_slots(x_BxTxK_, c, self.attn.chunk_size, w, chunks.offsets_BxK)
 
   def __call__(self, x_BxTxE: Array, positions_BxT: Array | None = None,
                segment_ids_BxT: Array | None = None, offsets_BxK: Array | None = None

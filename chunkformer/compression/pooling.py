@@ -4,8 +4,8 @@ A *slot buffer* lays out the W tokens that each of C entries pools, per key/valu
 ``kv_BxCxWxKxR`` (R = G * D: every token projected by each of the G payload maps), gate logits
 of the same layout (G * g channels: g = D for vector gates, 1 for scalar ones) and
 ``valid_BxCxWxK`` (False for padding: slots before the row start or of another document).
-Fixed chunking fills it by a reshape (W = S, no offset) or a gather; any other chunking can fill
-it the same way and reuse everything below.
+Fixed chunking fills it from whole chunks (``window_slots``); any other chunking can fill it its
+own way and reuse everything below.
 
 Offset i of a window uses map group ``i // (W / G)`` (``select_groups``): G = 1 is one map for
 all offsets, G = W the paper's C_i per offset, and G = 2 with W = 2S DeepSeek's CSA overlap
@@ -103,19 +103,36 @@ def fixed_slot_tokens(num_chunks: int, chunk_size: int, offsets_BxK: Array,
   return (j * chunk_size + chunk_size - w + s)[None] - offsets_BxK[:, None, None, :]
 
 
-def gather_slots(x_BxTxKx_: Array, tok_BxCxMxK: Array) -> Array:
-  """x at the slot tokens, x_BxCxMxKx_ (indices clipped to the row; callers mask padding)."""
-  b, c, m, k = tok_BxCxMxK.shape
-  t = x_BxTxKx_.shape[1]
-  idx = jnp.clip(tok_BxCxMxK, 0, t - 1).reshape(b, c * m, k)
-  idx = idx.reshape(idx.shape + (1,) * (x_BxTxKx_.ndim - 3))
-  return jnp.take_along_axis(x_BxTxKx_, idx, axis=1).reshape((b, c, m) + x_BxTxKx_.shape[2:])
+def window_slots(x_BxTxKx_: Array, num_chunks: int, chunk_size: int, window: int,
+                 offsets_BxK: Array | None) -> Array:
+  """x_BxCxWxKx_: x at ``fixed_slot_tokens`` (slot s of entry j holds token
+  ``j*S + S - W + s - offset``), built from whole chunks instead of gathered token by token.
 
+  The row is cut into C chunks of S tokens; entry j's window lies in chunks j-n+1 .. j, which
+  are laid side by side along the slot axis by shifting the chunk axis (``previous_chunk``),
+  and W consecutive slots of them are kept (which ones: the offset, per row and head). When
+  a mesh splits the row's tokens, a shift of the chunk axis is a collective-permute of the
+  n-1 chunks before each shard (the windows' halo) and the choice of slots stays on the
+  device; an index gather over the row would be an all-reduce of every window.
 
-def reshape_slots(x_BxTx_: Array, num_chunks: int, chunk_size: int) -> Array:
-  """Zero-offset fast path of ``gather_slots``: pad the row to C*M tokens and reshape."""
-  t = x_BxTx_.shape[1]
-  pad = [(0, 0)] * x_BxTx_.ndim
-  pad[1] = (0, num_chunks * chunk_size - t)
-  x = jnp.pad(x_BxTx_, pad)
-  return x.reshape((x.shape[0], num_chunks, chunk_size) + x.shape[2:])
+  Slots before the row start hold zeros, slots past its end the row's last token (as the
+  index ``clip`` of the last chunk's end); callers mask both.
+  """
+  s, w = chunk_size, window
+  # Chunks one window may touch: W tokens, shifted back by up to S - 1 by the offset.
+  n = -(-(w if offsets_BxK is None else w + s - 1) // s)
+  x, t = x_BxTxKx_, x_BxTxKx_.shape[1]
+  if num_chunks * s > t:  # the last chunk is unfinished
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (0, num_chunks * s - t)
+    x = jnp.pad(x, pad, mode="edge")
+  chunks = [x.reshape((x.shape[0], num_chunks, s) + x.shape[2:])]
+  for _ in range(n - 1):
+    chunks.insert(0, previous_chunk(chunks[0], 0))
+  stack = jnp.concatenate(chunks, axis=2)  # slot r of entry j: token (j - n + 1) * S + r
+  first = n * s - w
+  if offsets_BxK is None:
+    return stack[:, :, first:]
+  slot_Bx1xWxK = (first + jnp.arange(w)[:, None] - offsets_BxK[:, None, :])[:, None]
+  idx = slot_Bx1xWxK.reshape(slot_Bx1xWxK.shape + (1,) * (x.ndim - 3))
+  return jnp.take_along_axis(stack, idx, axis=2)
