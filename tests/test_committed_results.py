@@ -1,4 +1,4 @@
-"""The committed sweep outputs (results/demo, study, code_lm, eviction) still load and
+"""The committed sweep outputs (results/demo, study, code_lm, eviction, strides) still load and
 recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
@@ -28,7 +28,7 @@ from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import config as sweep_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-SWEEPS = ["demo", "study", "code_lm", "eviction"]
+SWEEPS = ["demo", "study", "code_lm", "eviction", "strides"]
 
 
 def _path(sweep: str) -> str:

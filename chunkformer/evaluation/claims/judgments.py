@@ -123,14 +123,14 @@ def is_plain_fixed(r: Record) -> bool:
 def _is_ablation(r: Record) -> bool:
   """Fixed, no cure switched on, but RoPE off or a different pooling."""
   s = r.setup
-  return (s.attention == "fixed" and not s.overlap and not s.stagger and not s.random_phase
+  return (s.attention == "fixed" and not s.overlaps and not s.stagger and not s.random_phase
           and not s.key_shift and not is_plain_fixed(r))
 
 
 def is_cure(r: Record) -> bool:
   s = r.setup
   return s.attention == "dynamic" or (s.attention == "fixed" and (
-      s.overlap or s.stagger or s.random_phase or s.key_shift))
+      s.overlaps or s.stagger or s.random_phase or s.key_shift))
 
 
 def _period(value: int | None) -> str:

@@ -110,10 +110,17 @@ class VariantSetup:
       object.__setattr__(self, "name", self.variant)
 
   @property
+  def overlaps(self) -> bool:
+    """Windows longer than the step: CSA's overlap, or a compressor window W > S."""
+    return self.overlap or (bool(self.compress_window) and bool(self.chunk_size)
+                            and self.compress_window > self.chunk_size)
+
+  @property
   def is_plain_fixed(self) -> bool:
-    """Fixed chunks, RoPE on, gated pooling, no overlap, stagger, random phase or key shift."""
+    """Fixed chunks, RoPE on, gated pooling, no overlap (W = S), stagger, random phase or key
+    shift."""
     return (self.attention == "fixed" and self.rope and self.pooling == "gated"
-            and not self.overlap and not self.stagger and not self.random_phase
+            and not self.overlaps and not self.stagger and not self.random_phase
             and not self.key_shift)
 
   def to_json(self) -> Json:
