@@ -1,7 +1,8 @@
 """The compressor's windows built from whole chunks, and the lightning indexer's exact top-k by
-a sort, against references written from their definitions; and what GSPMD makes of both when a
-mesh splits the tokens (a subprocess on 4 fake CPU devices: only chunk-sized collective-permutes,
-no all-gather or all-reduce of windows or scores).
+a sort (and the simple indexer's k-th score by one), against references written from their
+definitions; and what GSPMD makes of them when a mesh splits the tokens (a subprocess on 4 fake
+CPU devices: only chunk-sized collective-permutes, no all-gather or all-reduce of windows or
+scores).
 
 Slot s of entry j holds token ``j*S + S - W + s - o`` (o the row's and head's offset); tokens
 past the row's end read its last token and slots before its start hold zeros (callers mask
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from chunkformer.attention.compressed_core import select_topk
 from chunkformer.attention.lightning_indexer import select_exactly_topk
 from chunkformer.compression import pooling
 
@@ -81,6 +83,22 @@ def test_topk_is_exact_with_ties_and_signed_zeros(k):
   np.testing.assert_array_equal(np.asarray(got), _topk_reference(scores, visible, k))
 
 
+@pytest.mark.parametrize("k", [1, 3, 11, 20])
+def test_simple_indexer_threshold_is_the_kth_largest_visible_score(k):
+  """The simple indexer keeps every visible entry scoring at least the k-th largest visible
+  score (``lax.top_k``'s k-th value), all of them when fewer than k are visible."""
+  rng = np.random.default_rng(k)
+  scores = rng.choice(np.array([0.0, -0.0, 1.0, 0.5, -2.0], np.float32), (2, 5, 3, 11))
+  scores = np.where(rng.random(scores.shape) < 0.5,
+                    rng.standard_normal(scores.shape).astype(np.float32), scores)
+  visible = rng.random(scores.shape) < 0.6
+  masked = np.where(visible, scores, -np.inf)
+  kth = np.asarray(jax.lax.top_k(jnp.asarray(masked), min(k, 11))[0])[..., -1:]
+  got = np.asarray(select_topk(jnp.asarray(scores), jnp.asarray(visible), k))
+  np.testing.assert_array_equal(got, visible & (masked >= kth))
+  assert (got.sum(-1) >= np.minimum(visible.sum(-1), k)).all()
+
+
 def _collectives_under_context(hlo_out):
   """(op, result shape) of every collective of the two functions compiled on a 4-way token
   split (run in a subprocess with 4 fake devices)."""
@@ -95,13 +113,17 @@ def _collectives_under_context(hlo_out):
   offsets = jax.ShapeDtypeStruct((2, 1), jnp.int32, sharding=NamedSharding(mesh, P()))
   scores = jax.ShapeDtypeStruct((2, 64, 16), jnp.float32, sharding=split)
   visible = jax.ShapeDtypeStruct((2, 64, 16), jnp.bool_, sharding=split)
+  head_scores = jax.ShapeDtypeStruct((2, 64, 2, 16), jnp.float32, sharding=split)
+  head_visible = jax.ShapeDtypeStruct((2, 64, 2, 16), jnp.bool_, sharding=split)
 
   def windows(x, offsets):  # S = 4, W = 8: the CSA overlap, with and without an offset
     return (pooling.window_slots(x, 16, 4, 8, None), pooling.window_slots(x, 16, 4, 8, offsets))
 
   found = {}
   for name, fn, args in (("windows", windows, (x, offsets)),
-                         ("topk", lambda s, v: select_exactly_topk(s, v, 4), (scores, visible))):
+                         ("topk", lambda s, v: select_exactly_topk(s, v, 4), (scores, visible)),
+                         ("simple_topk", lambda s, v: select_topk(s, v, 4),
+                          (head_scores, head_visible))):
     hlo = jax.jit(fn).lower(*args).compile().as_text()
     found[name] = [(c["op"], c["shape"]) for c in collectives(hlo)]
   with open(hlo_out, "w") as f:
@@ -119,6 +141,7 @@ def test_gspmd_sends_chunk_halos_and_keeps_scores_split(tmp_path):
   # the offset one's (its windows reach up to S - 1 tokens further back).
   assert sorted(found["windows"]) == [["collective-permute", [2, 1, 4, 1, 6]]] * 3
   assert found["topk"] == []
+  assert found["simple_topk"] == []
 
 
 if __name__ == "__main__":

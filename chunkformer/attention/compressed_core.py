@@ -100,9 +100,15 @@ def select_topk(index_scores_BxTxKxC: Array, visible_BxTxKxC: Array, k: int) -> 
   """selected_BxTxKxC: the k visible entries with the highest indexer score (all if fewer).
 
   Hard selection by threshold at the k-th largest visible score (ties may admit a few more).
+  The k-th score comes from a sort along the entries, not ``lax.top_k``: XLA's partitioner
+  gives TopK its whole input on every device, which under a mesh that splits the tokens
+  all-gathers every query's scores; a sort along the entries stays split along the queries.
+  (A threshold does not care which of +0 and -0 ranks first, so a float sort will do.)
   """
   scores = jnp.where(visible_BxTxKxC, index_scores_BxTxKxC.astype(jnp.float32), -jnp.inf)
-  kth = jax.lax.top_k(jax.lax.stop_gradient(scores), k)[0][..., -1:]
+  c = scores.shape[-1]
+  ascending = jnp.sort(jax.lax.stop_gradient(scores), axis=-1)
+  kth = ascending[..., max(c - k, 0)][..., None]
   return visible_BxTxKxC & (scores >= kth)
 
 
