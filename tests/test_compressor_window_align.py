@@ -18,7 +18,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from absl.testing import absltest, parameterized
 
 from chunkformer.compression import Compressor, fixed_chunks
@@ -37,8 +36,6 @@ from tests.test_compressor_window import (
   assert_layer_equals,
   assert_shift_invariant,
 )
-
-pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: small programs, many
 
 
 def _paper_entries(comp, attn, x, rope_dims, normalise):

@@ -20,8 +20,6 @@ from chunkformer.eviction import (
 from chunkformer.model import Transformer
 from tests.eviction_reference import keep_masks, masked_forward_jit
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 V, T, PROMPT, B = 32, 20, 14, 2
 BUDGET = 8
 

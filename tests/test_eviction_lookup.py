@@ -21,8 +21,6 @@ from chunkformer.evaluation.stats import residue_accuracy
 from configs import smoke
 from tests.eviction_reference import keep_masks, masked_forward_jit
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 # T = 32, one BOS, 2 records and 1 demonstration: the record region ends at 32 - 2 - 2 = 28
 LOOKUP = dict(modulus=4, prompts_per_residue=16, num_records=2, num_demos=1,
               paddings=("prefix",), seed=5)

@@ -30,8 +30,6 @@ from chunkformer.eviction import scores as scores_lib
 from chunkformer.eviction.specs import LayerInputs
 from chunkformer.model import Transformer
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 B, T, K, H, D = 3, 24, 2, 4, 8
 
 POLICIES = [

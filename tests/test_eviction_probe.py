@@ -19,8 +19,6 @@ from chunkformer.eviction import StreamingLLM, from_dict
 from configs import smoke
 from tests.eviction_reference import keep_masks, masked_forward_jit
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 @pytest.fixture(scope="module")
 def trained():

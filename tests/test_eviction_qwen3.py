@@ -4,7 +4,6 @@ transformers model run with the evicted keys masked out of every later query's v
 import os
 
 import numpy as np
-import pytest
 import torch
 from safetensors.numpy import load_file
 
@@ -13,8 +12,6 @@ from chunkformer.convert import hf_files, qwen3
 from chunkformer.eviction import ChunkKV
 from chunkformer.model import Transformer
 from tests.hf_qwen3 import save_tiny_qwen3
-
-pytestmark = pytest.mark.usefixtures("fast_compiles")
 
 PROMPT, TOTAL, B = 24, 30, 2
 

@@ -15,8 +15,6 @@ from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import run as sweep
 from configs.sweeps import eviction as eviction_sweep
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")
-
 
 def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(tmp_path):
   config = eviction_sweep.get_config("tiny")

@@ -70,7 +70,6 @@ def test_blockwise_equals_dense_values_and_gradients(block):
   _check_equal(lambda q, k, v: blockwise.blockwise_attention(q, k, v, seg, block=block), 1e-5)
 
 
-@pytest.mark.usefixtures("fast_compiles")  # conftest.py
 @pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu", "splash"])
 def test_pallas_kernels_serve_full_attention(implementation):
   seg = jnp.asarray(SEGMENTS)

@@ -18,8 +18,6 @@ from tests import kernel_cases as kc
 IMPLEMENTATIONS = kernels.IMPLEMENTATIONS
 
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
-
 
 def _normal(rng, *shape, dtype=jnp.float32):
   return jnp.asarray(rng.standard_normal(shape), dtype)

@@ -15,8 +15,6 @@ from chunkformer.model import Transformer
 T, VOCAB, STEPS = 24, 32, 20
 
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
-
 
 def _batch():
   tokens = jax.random.randint(jax.random.key(3), (2, T + 1), 0, VOCAB)

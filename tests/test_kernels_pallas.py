@@ -25,8 +25,6 @@ SMALL_GPU = kernels.AttentionBlockSizes(block_q=16, block_k=16, block_c=16, bloc
 SMALL_TPU = kernels.AttentionBlockSizes(block_q=8, block_k=16, block_c=8)
 
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py
-
 
 @functools.cache
 def _attention_with_grads(implementation, window, block_sizes, interpret=True):

@@ -38,8 +38,7 @@ PROBES = {
 
 @pytest.mark.skipif(os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
                     reason="trains and compiles ~30 s of CPU; CHUNKFORMER_SLOW_TESTS=1 runs it")
-def test_every_paper_probe_runs_on_a_trained_cpu_model_through_the_sweep(tmp_path,
-                                                                        fast_compiles):
+def test_every_paper_probe_runs_on_a_trained_cpu_model_through_the_sweep(tmp_path):
   config = make_sweep({"w4s4": PAPER_STYLE}, name="paper_tiny", eval_batch_size=32,
                       num_resamples=20, num_permutations=20, probes=PROBES)
   workdir = str(tmp_path / "sweep")

@@ -20,8 +20,6 @@ from chunkformer.evaluation.sweep.config import flatten
 from chunkformer.model import Transformer
 from configs.paper import runs
 
-pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: 23 small train steps
-
 PAPER_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "paper")
 
 

@@ -74,7 +74,7 @@ _SLOW = pytest.mark.skipif(os.environ.get("CHUNKFORMER_SLOW_TESTS") != "1",
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_SLOW) if n == "v4_lightning" else n
                                   for n in sorted(CASES)])
-def test_blocked_layer_equals_the_whole_row(name, monkeypatch, fast_compiles):
+def test_blocked_layer_equals_the_whole_row(name, monkeypatch):
   layer = _layer(CASES[name])
   x = jnp.asarray(np.random.default_rng(3).normal(size=(1, T, E)), jnp.float32)
   ctx = _ctx()
