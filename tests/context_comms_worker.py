@@ -1,13 +1,13 @@
 """The collectives of one layer of each attention kind under context = 4, from compiled HLO.
 
 Run by tests/test_context_comms.py in ONE fresh process with 4 fake CPU devices (the device
-count is fixed before JAX starts). For each layer of tests/context_parallel_worker.py
-``LAYERS`` (full; fixed plain and overlapping; DeepSeek-V4 layout with the lightning indexer's
-top-k; dynamic with router and with delimiter) it compiles, with XLA's optimisations, a
-one-layer model's forward pass and its training gradient (forward + backward of the loss)
-under context = 4, rows of ``cp.HLO_SEQ_LEN`` tokens, and writes every collective of the
-optimised HLO (op, dtype, result shape) to ``--out`` (JSON: kind -> pass -> list, and
-kind -> "params": the one-layer model's parameter count).
+count is fixed before JAX starts). For each of ``KINDS``, layers of
+tests/context_parallel_worker.py's ``LAYERS`` (full; fixed plain and overlapping; DeepSeek-V4
+layout with the lightning indexer's top-k; dynamic with router and with delimiter), it compiles,
+with XLA's optimisations, a one-layer model's forward pass and its training gradient (forward +
+backward of the loss) under context = 4, rows of ``cp.HLO_SEQ_LEN`` tokens, and writes every
+collective of the optimised HLO (op, dtype, result shape) to ``--out`` (JSON: kind -> pass ->
+list, and kind -> "params": the one-layer model's parameter count).
 
   python tests/context_comms_worker.py --out collectives.json
   python tests/context_comms_worker.py --out collectives.json --table   # also prints the table
@@ -109,9 +109,12 @@ def main() -> None:
   args = parser.parse_args()
   devices = jax.devices()
   assert len(devices) >= 4, devices
+  # A production compile (tests/conftest.py turns the backend's optimisations off for speed;
+  # the HLO passes that make the collectives run either way).
+  jax.config.update("jax_disable_most_optimizations", False)
   found = {}
   for kind in args.kinds.split(","):
-    layer = cp.LAYERS[KINDS.index(kind)]
+    layer = cp.LAYERS[kind]
     found[kind] = {name: compiled_collectives(layer, devices[:4], backward)
                    for name, backward in (("forward", False), ("gradient", True))}
     found[kind]["params"] = parameter_count(layer, devices[:4])

@@ -39,24 +39,29 @@ DOCUMENT_STARTS = ((0, 13, 37), (0, 5, 30, 43))
 
 # One model, one layer per attention kind (a failing kind shows in its own layer's gradients):
 # full; fixed plain; fixed overlapping (CSA); DeepSeek-V4 layout with the lightning indexer's
-# top-k; dynamic with the learned router; dynamic with the delimiter rule.
-LAYERS = (
-    "kind=full",
-    f"kind=fixed,window={WINDOW}",
-    f"kind=fixed,window={WINDOW},overlap=true",
-    f"kind=fixed,window={WINDOW},overlap=true,layout=deepseek_v4,sink=true,indexer=lightning,"
-    "topk=4",
-    f"kind=dynamic,window={WINDOW},boundary=router",
-    f"kind=dynamic,window={WINDOW},boundary=delimiter,delimiters=5",
-)
+# top-k; the paper's general windows (W6/S4, W10/S4); dynamic with the learned router; dynamic
+# with the delimiter rule.
+LAYERS = {
+    "full": "kind=full",
+    "fixed": f"kind=fixed,window={WINDOW}",
+    "overlap": f"kind=fixed,window={WINDOW},overlap=true",
+    "v4_indexer": f"kind=fixed,window={WINDOW},overlap=true,layout=deepseek_v4,sink=true,"
+                  "indexer=lightning,topk=4",
+    # The paper's compressor family: windows of W tokens every S, W not a multiple of S;
+    # W = 10 reaches back past the previous shard (6 tokens per shard at context = 8).
+    "w6s4": f"kind=fixed,window={WINDOW},compress_window=6,offset_maps=per_offset,gate=scalar",
+    "w10s4": f"kind=fixed,window={WINDOW},compress_window=10,offset_maps=per_offset,"
+             "gate=scalar,shared_kv=false,compress_window_align=start",
+    "dynamic_router": f"kind=dynamic,window={WINDOW},boundary=router",
+    "dynamic_delimiter": f"kind=dynamic,window={WINDOW},boundary=delimiter,delimiters=5",
+}
 # (data, fsdp, context, tensor): context 8 alone, 4 with data, 2 with fsdp and tensor. Each
-# mesh is one compile of the six-layer step, the cost of this test.
+# mesh is one compile of the eight-layer step, the cost of this test.
 MESHES = ((1, 1, 8, 1), (2, 1, 4, 1), (1, 2, 2, 2))
-QUICK_MESH = (2, 1, 4, 1)  # --quick (the suite's own case): data 2 x context 4
 COLLECTIVES = ("all-gather", "all-reduce", "collective-permute", "all-to-all", "reduce-scatter")
 
 
-def make_config(mesh: tuple[int, int, int, int], layers: tuple[str, ...] = LAYERS,
+def make_config(mesh: tuple[int, int, int, int], layers: tuple[str, ...] = tuple(LAYERS.values()),
                 seq_len: int = SEQ_LEN, strategy: str = "all_gather", balance: bool = False):
   """The smoke model with one layer per entry of ``layers``, on ``mesh`` (full attention's K/V
   by ``strategy``, ``balance``: the ring's load balancing)."""
@@ -141,11 +146,8 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", required=True)
   parser.add_argument("--hlo", default="", help="also read one layer's HLO (full, fixed)")
-  parser.add_argument("--quick", action="store_true",
-                      help=f"the full and plain fixed layers on mesh {QUICK_MESH} only (CI)")
   args = parser.parse_args()
-  layers = LAYERS[:2] if args.quick else LAYERS
-  meshes = (QUICK_MESH,) if args.quick else MESHES
+  layers = tuple(LAYERS.values())
   devices = jax.devices()
   assert len(devices) == 8, devices
   # The equality cases skip XLA's optimisations (their compiles are this test's cost); the
@@ -155,7 +157,7 @@ def main() -> None:
   params = jax.device_get(runtime_lib.build(reference, devices[:1]).fresh_state().params)
   batch = make_batch(reference.model.vocab_size)
   arrays = {}
-  for mesh in ((1, 1, 1, 1),) + meshes:
+  for mesh in ((1, 1, 1, 1),) + MESHES:
     began = time.perf_counter()
     loss, grads = loss_and_grads(make_config(mesh, layers), devices[:int(np.prod(mesh))], params,
                                  batch)
@@ -168,8 +170,8 @@ def main() -> None:
   if not args.hlo:
     return
   jax.config.update("jax_disable_most_optimizations", False)
-  hlo = {name: one_layer_forward_collectives(LAYERS[i], devices[:4])
-         for name, i in (("full", 0), ("fixed", 1))}
+  hlo = {name: one_layer_forward_collectives(LAYERS[name], devices[:4])
+         for name in ("full", "fixed")}
   with open(args.hlo, "w") as f:
     json.dump(hlo, f)
 

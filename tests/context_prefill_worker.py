@@ -58,7 +58,7 @@ def main() -> None:
   parser.add_argument("--out", required=True)
   parser.add_argument("--quick", action="store_true", help="the plain fixed layer only")
   args = parser.parse_args()
-  layers = cp.LAYERS[1:2] if args.quick else cp.LAYERS
+  layers = (cp.LAYERS["fixed"],) if args.quick else tuple(cp.LAYERS.values())
   devices = jax.devices()
   assert len(devices) == 8, devices
   jax.config.update("jax_disable_most_optimizations", True)  # the compiles are the cost

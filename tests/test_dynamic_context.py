@@ -89,8 +89,7 @@ def test_the_model_level_case_has_a_delimiter_chunk_across_two_shard_edges():
   equality covers pieces merged from more than one earlier shard."""
   config = cp.make_config((1, 1, 1, 1))
   batch = cp.make_batch(config.model.vocab_size)
-  attn = config.model.layers[cp.LAYERS.index(
-      next(layer for layer in cp.LAYERS if "boundary=delimiter" in layer))]
+  attn = config.model.layers[list(cp.LAYERS).index("dynamic_delimiter")]
   ends = jax.jit(lambda t, p, s: boundaries.predict_end_flags(attn, t, p, s, None))(
       batch["inputs"], batch["positions"], batch["segment_ids"])
   structure = kernels.chunk_structure(ends, jnp.asarray(batch["segment_ids"]), cp.SEQ_LEN)
