@@ -147,20 +147,18 @@ def main() -> None:
   parser.add_argument("--out", required=True)
   parser.add_argument("--hlo", default="", help="also read one layer's HLO (full, fixed)")
   args = parser.parse_args()
-  layers = tuple(LAYERS.values())
   devices = jax.devices()
   assert len(devices) == 8, devices
   # The equality cases skip XLA's optimisations (their compiles are this test's cost); the
   # HLO read for the communication table below is the optimised one.
   jax.config.update("jax_disable_most_optimizations", True)
-  reference = make_config((1, 1, 1, 1), layers)
+  reference = make_config((1, 1, 1, 1))
   params = jax.device_get(runtime_lib.build(reference, devices[:1]).fresh_state().params)
   batch = make_batch(reference.model.vocab_size)
   arrays = {}
   for mesh in ((1, 1, 1, 1),) + MESHES:
     began = time.perf_counter()
-    loss, grads = loss_and_grads(make_config(mesh, layers), devices[:int(np.prod(mesh))], params,
-                                 batch)
+    loss, grads = loss_and_grads(make_config(mesh), devices[:int(np.prod(mesh))], params, batch)
     name = "x".join(map(str, mesh))
     print(f"mesh {name}: {time.perf_counter() - began:.1f} s", flush=True)
     arrays[f"{name}/loss"] = np.float64(loss)

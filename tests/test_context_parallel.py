@@ -11,9 +11,9 @@ and whose chunks of 4 straddle them (6 tokens per shard at context = 8). It also
 optimised HLO of one layer's forward under context = 4 for the full and the fixed kind and
 checks the communication the doc states.
 
-Its compiles (four meshes of an eight-layer step, two HLO reads) cost about 70 s of CPU with
-XLA's backend optimisations off (tests/conftest.py). The config refusals:
-tests/test_sharding.py.
+Its compiles (four meshes of an eight-layer step, two HLO reads) cost about 70 s on quiet cores
+(94 s beside the rest of the suite, empty compile cache) with XLA's backend optimisations off
+(tests/conftest.py). The config refusals: tests/test_sharding.py.
 """
 
 import json
@@ -29,22 +29,16 @@ TIMEOUT_S = 600
 REFERENCE = "1x1x1x1"
 
 
-def _worker(base, *flags):
-  """(arrays of the npz, collectives per kind or None) of one worker run."""
-  out, hlo = base / "grads.npz", base / "collectives.json"
-  fake_devices.run([worker.__file__, "--out", out, *flags], devices=8, timeout=TIMEOUT_S)
-  with np.load(out) as arrays:
-    arrays = dict(arrays)
-  if not hlo.exists():
-    return arrays, None
-  with open(hlo) as f:
-    return arrays, json.load(f)
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+  """(arrays of the worker's npz, collectives per kind) of its one run."""
   base = tmp_path_factory.mktemp("context_parallel")
-  return _worker(base, "--hlo", str(base / "collectives.json"))
+  out, hlo = base / "grads.npz", base / "collectives.json"
+  fake_devices.run([worker.__file__, "--out", out, "--hlo", hlo], devices=8, timeout=TIMEOUT_S)
+  with np.load(out) as arrays:
+    arrays = dict(arrays)
+  with open(hlo) as f:
+    return arrays, json.load(f)
 
 
 def _assert_equal_to_one_device(arrays, mesh, num_layers):
