@@ -11,9 +11,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit() -> str:
-  """The short hash of this checkout's HEAD ('' outside a git checkout)."""
-  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+  """The short hash of this checkout's HEAD; outside a git checkout (a copy of the tree sent to
+  an accelerator) the ``CHUNKFORMER_COMMIT`` variable names it, else ''."""
+  head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                         text=True).stdout.strip()
+  return head or os.environ.get("CHUNKFORMER_COMMIT", "")
 
 
 def _git(directory: str, *args: str) -> str:
