@@ -11,11 +11,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit() -> str:
-  """The short hash of this checkout's HEAD; outside a git checkout (a copy of the tree sent to
-  an accelerator) the ``CHUNKFORMER_COMMIT`` variable names it, else ''."""
-  head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+  """The short hash of this checkout's HEAD ('' outside a git checkout).
+
+  ``CHUNKFORMER_COMMIT``, where set, overrides it: a copy of the tree sent to another machine
+  can carry a stale ``.git`` (an accelerator's copy answered with the session's first commit).
+  """
+  named = os.environ.get("CHUNKFORMER_COMMIT")
+  if named:
+    return named
+  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                         text=True).stdout.strip()
-  return head or os.environ.get("CHUNKFORMER_COMMIT", "")
 
 
 def _git(directory: str, *args: str) -> str:
