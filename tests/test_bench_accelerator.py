@@ -65,3 +65,26 @@ def test_a_crashed_worker_leaves_its_rows_marked(tmp_path, monkeypatch):
       ("kernels", "4"), ("kernels", "dynamic"), ("train", "fixed")]
   assert all(r["status"] == "failed: worker exited 1: " for r in rows), rows
   assert "| fixed | 128 | - |" in (tmp_path / "accelerator_unknown.md").read_text()
+
+
+def test_each_kind_steps_with_the_platforms_own_attention():
+  # Kind full must not run the config's T x T default (it failed at 32K on an H200); the
+  # compressed kinds take the platform's Pallas kernel where their config allows it.
+  from bench import accelerator_rows
+  from configs.lm import qwen3_0p6b
+
+  for backend, full, fixed in (("gpu", "pallas_gpu", "pallas_gpu"), ("tpu", "splash", "pallas_tpu"),
+                               ("cpu", "blockwise", "xla")):
+    configs = {kind: qwen3_0p6b.get_config(kind) for kind in ("full", "fixed")}
+    assert accelerator_rows._step_impl(configs["full"], backend) == full
+    assert accelerator_rows._step_impl(configs["fixed"], backend) == fixed
+    assert [c.model.attention.implementation for c in configs.values()] == [full, fixed]
+
+
+def test_a_named_commit_overrides_a_stale_checkout(monkeypatch):
+  from chunkformer import provenance
+
+  monkeypatch.delenv("CHUNKFORMER_COMMIT", raising=False)
+  head = provenance.commit()
+  monkeypatch.setenv("CHUNKFORMER_COMMIT", "0123abc")
+  assert provenance.commit() == "0123abc" != head
