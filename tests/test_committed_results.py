@@ -28,7 +28,13 @@ from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import config as sweep_config
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-SWEEPS = ["demo", "study", "code_lm", "eviction", "strides"]
+SWEEPS = ["demo", "study", "code_lm", "eviction", "strides", "paper_protocol"]
+CONFIG_ARGS = {"paper_protocol": "cpu_study"}  # get_config's argument where it needs one
+
+
+def _sweep_config(sweep: str):
+  return importlib.import_module(f"configs.sweeps.{sweep}").get_config(
+      *([CONFIG_ARGS[sweep]] if sweep in CONFIG_ARGS else []))
 
 
 def _path(sweep: str) -> str:
@@ -58,7 +64,7 @@ def test_committed_units_are_exactly_their_sweep_configs(sweep):
   # results/<sweep> is what configs/sweeps/<sweep>.py regenerates: the same units, and each
   # unit directory's recorded config.json is that unit's resolved config (resolve refuses a
   # directory holding a run of another config).
-  config = importlib.import_module(f"configs.sweeps.{sweep}").get_config()
+  config = _sweep_config(sweep)
   resolved = sweep_config.resolve(config, os.path.join(RESULTS, sweep))
   committed = [r.name for r in results_file.load(_path(sweep)).variants]
   assert sorted(v.name for v in resolved.variants) == sorted(committed)
@@ -131,6 +137,9 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
                  "E3": "INCONCLUSIVE"}),
     ("eviction", {"C2": "REPRODUCED", "E1": "INCONCLUSIVE", "E2": "REPRODUCED",
                   "E3": "REPRODUCED"}),
+    ("paper_protocol", {"C10": "NOT REPRODUCED", "C11": "INCONCLUSIVE", "C12": "INCONCLUSIVE",
+                        "C13": "INCONCLUSIVE", "C14": "REPRODUCED", "C15": "INCONCLUSIVE",
+                        "C16": "INCONCLUSIVE"}),
 ])
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
@@ -300,7 +309,7 @@ def test_committed_sweeps_rejudge_to_their_own_report_and_claims(sweep, tmp_path
       shutil.copytree(path, tmp_path / item)
     elif os.path.exists(path):
       shutil.copy(path, tmp_path / item)
-  config = importlib.import_module(f"configs.sweeps.{sweep}").get_config()
+  config = _sweep_config(sweep)
   outcome = sweep_run.rejudge(config, str(tmp_path), command="rejudge")
   with open(os.path.join(source, "report.md"), encoding="utf-8") as f:
     committed = f.read()
