@@ -44,7 +44,6 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tqdm
 from absl import logging
-from array_record.python import array_record_module
 
 from chunkformer import run_lock
 from chunkformer.data import code
@@ -131,6 +130,10 @@ class _SplitWriter:
       self.close()
       name = f"{self.split}-{len(self.shards):05d}.array_record"
       self.shards.append(name)
+      # Imported here: the probes import this module for its tokenizers, and accelerator images
+      # without array_record must still run them (only writing a corpus needs it).
+      from array_record.python import array_record_module  # noqa: PLC0415
+
       self._writer = array_record_module.ArrayRecordWriter(
           os.path.join(self.directory, name), "group_size:1")
       self._shard_tokens = 0
