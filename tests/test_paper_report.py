@@ -53,6 +53,8 @@ def test_each_paper_claim_gets_one_line_against_the_published_numbers(tmp_path):
   c10 = lines[0]
   # The paper's W8/S8 row: prefix gap 75.3; ours (58 - 6) / 64 = 81.25: 5.95 points larger.
   assert "paper weakest residue mod S 7" in c10 and "gap 75.3 (ours +6.0 points)" in c10
+  # Ours: the weak residues of _curve(8, ...) sit at phase 7 and repeat exactly every 8.
+  assert "(S = 8), weakest residue mod S 7, stride repeat 0.0 points, prefix gap" in c10
   assert "no full-attention row" in lines[1] and "C14" in lines[4]
   path = paper_table.plot_residues(str(tmp_path / "plots" / "residues.png"), records)
   assert os.path.getsize(path) > 1000

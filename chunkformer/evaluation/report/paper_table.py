@@ -128,11 +128,17 @@ def _c10(claim: Claim, found: Mapping[str, list[VariantRecord]]) -> str:
     if not pr.is_geometry(units[0].setup) or entry is None:
       continue
     ours = _pooled_numbers(claim, variant)
+    table = pr.pooled_mode(units, "prefix")
     row = paper.lookup_row(entry, "prefix")
     s = units[0].chunk_size
+    # The same two shape numbers for both sides: where the weak phase sits, and how closely
+    # the curve repeats one stride on (mean |A(r) - A(r + S)|, points).
+    mine = ("" if table is None else
+            f"weakest residue mod S {table.worst_residue % s}, stride repeat "
+            f"{_stride_repeat(100 * np.asarray(table.accuracy), s):.1f} points, ")
     parts.append(f"{variant}: ours detected period {ours.get('detected_period') or 'none'} "
-                 f"(S = {s}), prefix gap {pr.pct(ours.get('gap'))} points; paper weakest "
-                 f"residue mod S {entry['pp'].get('argmin_mod_S')}, stride repeat "
+                 f"(S = {s}), {mine}prefix gap {pr.pct(ours.get('gap'))} points; paper "
+                 f"weakest residue mod S {entry['pp'].get('argmin_mod_S')}, stride repeat "
                  f"{_stride_repeat(row['acc'], s):.1f} points, gap {row['gap']:.1f} "
                  f"(ours {_diff(ours.get('gap'), row['gap'])})")
   return "; ".join(parts) or "no row named after a paper run"
