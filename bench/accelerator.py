@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -39,6 +40,27 @@ KINDS = ("fixed", "dynamic", "full", "v4")  # the compressed kinds first: the st
 SEQ_LENS = (4096, 32768)
 SMALL_SEQ_LENS = (128,)
 KERNEL_CHUNKS = ("4", "dynamic")
+
+
+# What the workers import beyond the standard library: the kernels need JAX alone, a train row
+# the whole training stack. Accelerator images often lack the small ones (an H200 image had no
+# ml_collections, tensorboardX or array_record), found here before any device time is spent.
+KERNEL_PACKAGES = ("jax", "numpy")
+TRAIN_PACKAGES = ("flax", "optax", "orbax.checkpoint", "ml_collections", "tensorboardX")
+
+
+def missing_packages(args) -> list[str]:
+  """The packages the requested rows import that this interpreter cannot find."""
+  wanted = KERNEL_PACKAGES + (TRAIN_PACKAGES if args.kinds else ())
+  missing = []
+  for name in wanted:
+    try:
+      found = importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is absent
+      found = False
+    if not found:
+      missing.append(name)
+  return missing
 
 
 def _parse(argv):
@@ -181,7 +203,10 @@ def write_report(rows: list[dict], meta: dict, out_dir: str) -> tuple[str, str]:
            f"({d.get('backend', '?')}, jax {d.get('jax_version', '?')})", "",
            f"Command: `{meta['command']}`  ",
            f"Date: {meta['date']}, commit {meta['commit']}, wall {meta['wall_s']:.0f} s of a "
-           f"{meta['budget_s']:.0f} s budget.", "",
+           f"{meta['budget_s']:.0f} s budget.  ",
+           "Software: " + (", ".join([f"Python {d['python']}"] + [
+               f"{k} {v}" for k, v in d["packages"].items() if v]) if d.get("packages")
+                           else "not recorded") + ".", "",
            "## Kernels: compressed attention against full causal attention", "",
            "Useful FLOPs only (window + visible entries; the causal triangle); forward + "
            "backward counts 3.5x the forward. Speedup = full time / compressed time, beside the "
@@ -221,6 +246,11 @@ def main(argv=None) -> None:
   if args.worker:
     _worker(args)
     return
+  missing = missing_packages(args)
+  if missing:
+    raise SystemExit(f"bench.accelerator: this Python lacks {', '.join(missing)}: install the "
+                     "pinned versions (requirements.lock), or on a machine without a package "
+                     "index carry their wheels and put them on PYTHONPATH")
   began = time.time()
   deadline = began + args.budget_s
   from chunkformer import provenance  # light: no JAX in the parent

@@ -13,7 +13,9 @@ plan's bytes (``memory_analysis``) and the measured peak (``device.memory_stats`
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
+import platform
 import time
 import types
 
@@ -220,11 +222,20 @@ def measured_peak_bytes() -> int | None:
   return max(peaks) if peaks else None
 
 
+PACKAGES = ("jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")  # versions the rows record
+
+
 def device_row() -> dict:
   d = jax.devices()[0]
+  versions = {}
+  for name in PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
   return dict(section="device", op="device", backend=jax.default_backend(),
               device_kind=d.device_kind, devices=jax.device_count(), jax_version=jax.__version__,
-              status="ok")
+              python=platform.python_version(), packages=versions, status="ok")
 
 
 def finite(x) -> bool:

@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from bench import accelerator
 
 
@@ -20,6 +22,7 @@ def test_small_run_writes_finite_rows(tmp_path):
   assert record["commit"] and record["date"] and record["command"].startswith(
       "python -m bench.accelerator --small")
   assert record["device"]["backend"] == "cpu"
+  assert record["device"]["packages"]["flax"] and record["device"]["python"]
   rows = record["rows"]
   kernel = [r for r in rows if r["section"] == "kernels"]
   assert sorted(r["op"] for r in kernel) == ["compressed", "full", "speedup"]
@@ -45,6 +48,7 @@ def test_small_run_writes_finite_rows(tmp_path):
   assert train["measured_peak_bytes"] is None  # CPU reports no memory stats
   text = md.read_text()
   assert "| dynamic | 128 | xla |" in text and record["commit"] in text
+  assert f"flax {record['device']['packages']['flax']}" in text  # the software line
 
 
 def test_spent_budget_skips_every_row_and_still_writes(tmp_path):
@@ -88,3 +92,18 @@ def test_a_named_commit_overrides_a_stale_checkout(monkeypatch):
   head = provenance.commit()
   monkeypatch.setenv("CHUNKFORMER_COMMIT", "0123abc")
   assert provenance.commit() == "0123abc" != head
+
+
+def test_missing_packages_are_named_before_any_worker_starts(tmp_path, monkeypatch):
+  # An accelerator image without tensorboardX: the run stops at once, naming it, and writes
+  # nothing (before, every train row failed one by one after the kernels had run).
+  real = accelerator.importlib.util.find_spec
+  monkeypatch.setattr(accelerator.importlib.util, "find_spec",
+                      lambda name: None if name == "tensorboardX" else real(name))
+  monkeypatch.setattr(accelerator, "_run_worker", lambda *a: pytest.fail("a worker ran"))
+  with pytest.raises(SystemExit, match="lacks tensorboardX: install"):
+    accelerator.main(["--small", "--out", str(tmp_path)])
+  assert not list(tmp_path.iterdir())
+  # Kernels alone need JAX only.
+  args = accelerator._parse(["--small", "--kinds"])
+  assert accelerator.missing_packages(args) == []
