@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import pathlib
 import statistics
 import sys
@@ -62,14 +63,30 @@ def _parse():
   return args
 
 
-def _timed(fn, *args, reps):
-  """Median wall time (ms) of a compiled call, after one warm-up call that compiles."""
+MIN_SAMPLE_S = 0.01  # a timed sample runs at least this long (calls back to back)
+
+
+def _timed(fn, *args, reps, min_sample_s: float = MIN_SAMPLE_S):
+  """Median wall time (ms) per call of a compiled function, after a warm-up call that compiles.
+
+  Each of the ``reps`` samples runs the call n times back to back and waits once, n chosen
+  from the warm-up so a sample lasts at least ``min_sample_s``: sub-millisecond GPU calls are
+  otherwise dominated by host dispatch and its jitter (single calls at T = 4096 on an H200
+  moved by up to 40% between runs). Slow calls (CPU, interpret mode) keep n = 1.
+  """
+  jax.block_until_ready(fn(*args))  # compiles
+  start = time.perf_counter()
   jax.block_until_ready(fn(*args))
+  once = time.perf_counter() - start
+  n = max(1, math.ceil(min_sample_s / max(once, 1e-9)))
   times = []
   for _ in range(reps):
     start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
+    out = None
+    for _ in range(n):
+      out = fn(*args)
+    jax.block_until_ready(out)
+    times.append((time.perf_counter() - start) / n)
   return 1e3 * statistics.median(times)
 
 

@@ -107,3 +107,28 @@ def test_missing_packages_are_named_before_any_worker_starts(tmp_path, monkeypat
   # Kernels alone need JAX only.
   args = accelerator._parse(["--small", "--kinds"])
   assert accelerator.missing_packages(args) == []
+
+
+def test_a_timed_sample_runs_fast_calls_back_to_back():
+  # A call of >= 2 ms and 10 ms samples: after the compile and the sizing call, each of the 3
+  # samples runs n = ceil(10 / t) <= 5 calls; the time reported is per call, never below one.
+  import time
+
+  import jax.numpy as jnp
+
+  from bench import kernels as kernel_bench
+
+  calls = []
+
+  def fn():
+    calls.append(1)
+    time.sleep(0.002)
+    return jnp.zeros(())
+
+  ms = kernel_bench._timed(fn, reps=3, min_sample_s=0.01)
+  n = (len(calls) - 2) / 3
+  assert n == int(n) and 1 < n <= 5, len(calls)
+  assert ms >= 2.0
+  calls.clear()
+  kernel_bench._timed(fn, reps=3, min_sample_s=0.0)  # slow calls: one per sample
+  assert len(calls) == 2 + 3
