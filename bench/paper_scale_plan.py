@@ -152,8 +152,9 @@ def write(rows: list[dict], compiled: dict[str, dict], meta: dict, out_base: str
       "updates (5.24e9 tokens). How to run them: `docs/paper_scale.md`.", "",
       f"**Device-hours are an ESTIMATE, not a measurement**: analytic model FLOPs of the "
       f"budget (`chunkformer/flops.py`: 3 x forward, remat not counted) / ({mfu:.0%} assumed "
-      f"MFU x 989 TFLOP/s, the H200's dense bf16 peak) / 3600. Nothing here ran on an H200; "
-      f"at another MFU m multiply by {mfu} / m.", "",
+      f"MFU x 989 TFLOP/s, the H200's dense bf16 peak) / 3600. No run of this table has "
+      f"trained on an H200; at another MFU m multiply by {mfu} / m (the 0.6B step's measured "
+      f"MFU: `bench/results/accelerator_<device>.md`).", "",
       "**Memory is CPU-compiled (a proxy)**: XLA:CPU's buffer assignment for the step on one "
       "device with one row, not XLA:GPU's. `state` = parameters + AdamW moments + batch "
       "(the step's arguments); the bytes above it are taken as linear in the rows, so the "
