@@ -3,38 +3,46 @@
   python scripts/compare_units.py results/paper_protocol/correct runs/replica/correct \
       [--units full_1kv_seed0,w8s8_1kv_seed0] [--probe lookup_prefix] [--out FILE.md]
 
-Each argument is a sweep's ``correct/`` directory (``DIR/correct/<unit>.npz``: one 0/1 matrix
-of prompts x residues per probe). For every unit in both (or those named), and every probe
-whose matrices both hold (or the one named), prints the mean accuracy and gap (best - worst
-residue, points) of each side, each side's worst residue, the largest per-residue difference
-and the share of prompts answered the same way. Identical trainings agree on 100% of prompts;
-a rerun on other hardware shows how far float rounding moves the trained model.
+Each argument is a sweep's ``correct/`` directory (``DIR/correct/<unit>.npz``, read by
+``records.correctness``: one matrix of prompts x residues per probe). For every unit in both
+(or those named), and every probe whose matrices both hold (or the one named), prints the
+mean accuracy and gap (best - worst residue, points) of each side, each side's worst residue,
+the largest per-residue difference and the share of prompts answered the same way. Identical
+trainings agree on 100% of prompts; a rerun on other hardware shows how far float rounding
+moves the trained model.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-import numpy as np
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-MATRIX = ".correct_YxJ"
+import numpy as np  # noqa: E402
+
+from chunkformer.evaluation.records import correctness  # noqa: E402
 
 
 def _units(directory: str) -> set[str]:
   return {name[:-4] for name in os.listdir(directory) if name.endswith(".npz")}
 
 
-def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-  """Two prompts x residues 0/1 matrices of the same probe (same prompts, same residues)."""
-  if a.shape != b.shape:
-    raise ValueError(f"matrices differ in shape: {a.shape} vs {b.shape} (not the same probe "
-                     "settings)")
-  acc_a, acc_b = 100 * a.mean(0), 100 * b.mean(0)
+def compare(a: correctness.Matrix, b: correctness.Matrix) -> dict[str, float]:
+  """Two matrices of the same probe (same prompts, same residues): accuracy per residue."""
+  if a.correct_YxJ.shape != b.correct_YxJ.shape:
+    raise ValueError(f"matrices differ in shape: {a.correct_YxJ.shape} vs "
+                     f"{b.correct_YxJ.shape} (not the same probe settings)")
+  if not np.array_equal(a.offsets_J, b.offsets_J):
+    raise ValueError(f"matrices differ in residues: {a.offsets_J} vs {b.offsets_J}")
+  acc_a, acc_b = 100 * a.correct_YxJ.mean(0), 100 * b.correct_YxJ.mean(0)
   return dict(mean_a=acc_a.mean(), mean_b=acc_b.mean(), gap_a=np.ptp(acc_a),
-              gap_b=np.ptp(acc_b), worst_a=int(acc_a.argmin()), worst_b=int(acc_b.argmin()),
+              gap_b=np.ptp(acc_b), worst_a=int(a.offsets_J[acc_a.argmin()]),
+              worst_b=int(b.offsets_J[acc_b.argmin()]),
               max_residue_diff=float(np.abs(acc_a - acc_b).max()),
-              same_answers=100 * float((a == b).mean()))
+              same_answers=100 * float((a.correct_YxJ == b.correct_YxJ).mean()))
 
 
 def table(dir_a: str, dir_b: str, units: list[str] | None, probe: str | None) -> list[str]:
@@ -50,17 +58,15 @@ def table(dir_a: str, dir_b: str, units: list[str] | None, probe: str | None) ->
            "| unit | probe | mean A | mean B | gap A | gap B | worst residue A / B | "
            "largest residue difference | same answer |", "|---|---|--:|--:|--:|--:|:-:|--:|--:|"]
   for unit in common:
-    with np.load(os.path.join(dir_a, unit + ".npz")) as fa, \
-         np.load(os.path.join(dir_b, unit + ".npz")) as fb:
-      probes = sorted(k[:-len(MATRIX)] for k in set(fa.files) & set(fb.files)
-                      if k.endswith(MATRIX))
-      for name in [probe] if probe else probes:
-        if name not in probes:
-          raise SystemExit(f"--probe: {unit} has no {name!r} in both (has {', '.join(probes)})")
-        c = compare(fa[name + MATRIX], fb[name + MATRIX])
-        lines.append(f"| {unit} | {name} | {c['mean_a']:.1f} | {c['mean_b']:.1f} | "
-                     f"{c['gap_a']:.1f} | {c['gap_b']:.1f} | {c['worst_a']} / {c['worst_b']} | "
-                     f"{c['max_residue_diff']:.1f} | {c['same_answers']:.1f}% |")
+    fa, fb = (correctness.load(os.path.join(d, unit + ".npz")) for d in (dir_a, dir_b))
+    probes = sorted(set(fa) & set(fb))
+    for name in [probe] if probe else probes:
+      if name not in probes:
+        raise SystemExit(f"--probe: {unit} has no {name!r} in both (has {', '.join(probes)})")
+      c = compare(fa[name], fb[name])
+      lines.append(f"| {unit} | {name} | {c['mean_a']:.1f} | {c['mean_b']:.1f} | "
+                   f"{c['gap_a']:.1f} | {c['gap_b']:.1f} | {c['worst_a']} / {c['worst_b']} | "
+                   f"{c['max_residue_diff']:.1f} | {c['same_answers']:.1f}% |")
   return lines
 
 
