@@ -23,7 +23,7 @@ import sys
 
 from absl import app, flags
 
-from chunkformer import cli, run_lock
+from chunkformer import cli, run_lock, studies
 from chunkformer import heldout as heldout_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.sweep import config as sweep_config
@@ -74,6 +74,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   cli.quiet_library_logs()
   cli.enable_compilation_cache()
+  studies.install()
   try:
     cli.initialize_distributed()
     if _CONFIG.value is not None:

@@ -26,7 +26,8 @@ sys.path.insert(0, ROOT)
 from chunkformer import provenance  # noqa: E402
 from chunkformer.config import ConfigError  # noqa: E402
 from chunkformer.data import kv  # noqa: E402
-from chunkformer.evaluation.probes import key_overlap, trained  # noqa: E402
+from chunkformer.evaluation.probes import trained  # noqa: E402
+from chunkformer.studies.needles.probes import key_overlap  # noqa: E402
 
 
 def _cell(row: key_overlap.Row) -> str:

@@ -28,10 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from chunkformer import provenance  # noqa: E402
-from chunkformer.evaluation.claims import summaries  # noqa: E402
 from chunkformer.evaluation.records import correctness, results_file  # noqa: E402
 from chunkformer.evaluation.stats import split_labels  # noqa: E402
 from chunkformer.evaluation.stats.estimates import PHASE_DEPENDENT, phase_dependent_needles  # noqa: E402,E501
+from chunkformer.studies.needles.claims import summaries  # noqa: E402
 
 
 def _lengths(record) -> tuple[int, int]:

@@ -22,3 +22,13 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # (JAX reads all three when it starts: no test module may import it before this file runs.)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _studies_installed():
+  """Every test sees the studies' probes, claims and report hooks, as eval.py does (imported
+  here, not at the top, so no JAX import precedes the environment above)."""
+  from chunkformer import studies
+  studies.install()

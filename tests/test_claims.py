@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from chunkformer.evaluation.claims import combine as claims
-from chunkformer.evaluation.claims import judgments, registry
+from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
-from chunkformer.evaluation.stats.analysis import Interval, PrefixAnalysis
+from chunkformer.evaluation.stats.analysis_types import Interval, PrefixAnalysis
+from chunkformer.studies.needles.claims import entries, judgments
 
 BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                      num_permutations=10)
@@ -189,8 +190,8 @@ def test_holm_within_a_claim_adjusts_the_tests_its_verdict_reads():
   assert c1.verdict == "NOT REPRODUCED"
   assert c1.numbers["m4"]["p_value_holm"] == pytest.approx(0.012)
   assert c1.numbers["m4"]["holm_family"] == 2 and c1.numbers["m4"]["p_value"] == 0.006
-  lines = judgments.verdict_lines(*(lambda e: (e.judgments, e.pooled_judgments))(
-      registry.evidence([m4, m8], None)))
+  needles = entries.of(registry.evidence([m4, m8], None))
+  lines = judgments.verdict_lines(needles.judgments, needles.pooled_judgments)
   assert "p = 0.006 (Holm over 2 tests of the claim: 0.012) at M" in lines[0]
 
 

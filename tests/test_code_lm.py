@@ -13,9 +13,10 @@ import pytest
 
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, code_needles, ingest
-from chunkformer.evaluation.probes import lm_phase_loss, prefix_probe
+from chunkformer.evaluation.probes import prefix_probe
 from chunkformer.evaluation.records import loss_rows
 from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.studies.lm.probes import lm_phase_loss
 from configs.sweeps import code_lm, seeded_units, sweep_config
 from tests.test_corpus import write_corpus
 

@@ -18,14 +18,17 @@ import shutil
 
 import pytest
 
-from chunkformer.evaluation.claims import judgments, loss_signatures, registry
+from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import loss_tables
 from chunkformer.evaluation.report import markdown as report
+from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.studies.lm.claims import loss_signatures
+from chunkformer.studies.lm.report import loss_tables
+from chunkformer.studies.needles.claims import entries, judgments
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 SWEEPS = ["demo", "study", "code_lm", "eviction", "strides", "paper_protocol"]
@@ -75,7 +78,8 @@ def test_committed_verdicts_and_table_recompute_from_their_stored_records(sweep)
   results = results_file.load(_path(sweep))
   assert results.verdicts and results.variants
   found = _evidence(sweep)
-  lines = judgments.verdict_lines(found.judgments, found.pooled_judgments)
+  needles = entries.of(found)
+  lines = judgments.verdict_lines(needles.judgments, needles.pooled_judgments)
   # then the lines the paper protocol's claims (C10-C16) carry, where the sweep has their data
   lines += [line for c in registry.decide_on(found) for line in c.numbers.get("lines", ())]
   assert tuple(lines) == results.verdicts
@@ -275,10 +279,10 @@ def test_committed_lm_loss_tables_recompute_from_the_stored_rows(tmp_path):
     assert r.lm_phase_loss["signature"] == load(r.name).signature(4, **resampling), r.name
   assert seeds == {v: {0, 1, 2} for v in ("full", "fixed_m4", "dynamic_m4", "fixed_m4_shift",
                                           "full_shift")}
-  tables = loss_tables.sections(results.variants, loss_signatures.code_accuracies(results.variants),
-                              loss_signatures.pooled_signatures(results.variants, load,
-                                                                **resampling),
-                              str(tmp_path), directory)
+  judged = loss_signatures.Tables(
+      loss_signatures.code_accuracies(results.variants),
+      loss_signatures.pooled_signatures(results.variants, load, **resampling))
+  tables = loss_tables.sections(View(results.variants, (), judged, str(tmp_path), directory))
   with open(os.path.join(directory, "report.md")) as f:
     text = f.read()
   assert "seeds pooled)" in tables

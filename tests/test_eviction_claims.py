@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import eviction as claims
-from chunkformer.evaluation.claims import eviction_data, registry
+from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
-from chunkformer.evaluation.stats.sign_flip import paired_rows, sign_flip_test
+from chunkformer.studies.eviction.claims import eviction_claims as claims
+from chunkformer.studies.eviction.claims import eviction_data
+from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
 
 Y, J = 8, 24  # haystacks, offsets (6 periods of 4)
 OFFSETS = np.arange(1, J + 1)  # absolute positions: offset 1 has phase 1 mod 4
@@ -59,7 +60,7 @@ def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99,
 
 def evidence(units) -> registry.Evidence:
   stored = {r.name: m for r, m in units}
-  return registry.Evidence(tuple(r for r, _ in units), {}, (), None, stored.get, seed=0,
+  return registry.Evidence(tuple(r for r, _ in units), {}, stored.get, seed=0,
                            num_resamples=100, num_permutations=1000)
 
 
@@ -152,7 +153,7 @@ def test_gates_and_missing_data_leave_every_claim_inconclusive():
   assert [c.id for c in registry.decide_on(empty)][-3:] == ["E1", "E2", "E3"]
   # a record without stored matrices: every seed undecided
   record, _ = unit(0, {"grid": blind_phase(0)})
-  lost = registry.Evidence((record,), {}, (), None, lambda name: None)
+  lost = registry.Evidence((record,), {}, lambda name: None)
   assert "correctness matrix not stored" in claims.e1_claim(lost).reason
   assert eviction_data.collect([record], None)[0].runs[0].matrix is None
 

@@ -12,7 +12,7 @@ import pytest
 
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.evaluation.probes import end_flags
+from chunkformer.evaluation.probes import sown_boundaries
 from chunkformer.eviction import (
   H2O,
   ChunkKV,
@@ -280,7 +280,7 @@ def test_content_chunks_from_a_trained_models_router_are_its_sown_end_flags():
   # the flags as evaluation reads them from the model's own forward pass
   _, state = jax.jit(functools.partial(router_model.apply, mutable=["intermediates"]))(
       {"params": params}, tokens)
-  ends = np.asarray(end_flags.end_flags(router_model.model, state["intermediates"]))
+  ends = np.asarray(sown_boundaries.end_flags(router_model.model, state["intermediates"]))
   assert 0 < ends[:, :T - 2].sum() < B * (T - 2)  # the router did cut the prompt
   pooled = np.asarray(scores_lib.snapkv_scores(keys, queries[:, -2:], _full_lengths(), 7,
                                                "max")).sum(axis=1)

@@ -11,11 +11,12 @@ from chunkformer import config as config_lib
 from chunkformer import eviction
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import evicting, eviction_needles, needle_sweep
+from chunkformer.evaluation.probes import evicting, needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.probes.registry import PROBES, check
 from chunkformer.eviction import StreamingLLM, from_dict
+from chunkformer.studies.eviction.probes import eviction_needles
 from configs import smoke
 from tests.eviction_reference import keep_masks, masked_forward_jit
 

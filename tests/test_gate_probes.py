@@ -19,12 +19,14 @@ from chunkformer import config as config_lib
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import lookup_task
-from chunkformer.evaluation.probes import gate_concentration, gate_cycling, head_knockout, lookup
+from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
-from chunkformer.evaluation.report import figures, mechanism_plots
+from chunkformer.evaluation.report import figures
 from chunkformer.evaluation.sweep import config as sweep_config
+from chunkformer.studies.paper.probes import gate_concentration, gate_cycling, head_knockout
+from chunkformer.studies.paper.report import mechanism_plots
 from configs import smoke
 
 PAPER_STYLE = {"model.attention.kind": "fixed", "model.attention.window": 4,

@@ -140,10 +140,14 @@ def test_caches_import_no_attention_kind():
               for t in targets if t.startswith("chunkformer.attention")}
 
 
-# The evaluation package's layers, lowest first: a module may import its own layer and the
-# layers below it, never one above; probes and claims share a rank and never import each other.
+# The evaluation engine and the studies built on it share one layer order, lowest first: a
+# module may import its own layer and the layers below it (the engine's or its own study's),
+# never one above; probes and claims share a rank and never import each other. A study's
+# package init assembles it and sits on top.
 EVALUATION = "chunkformer.evaluation"
-LAYERS = {"stats": 0, "records": 1, "probes": 2, "claims": 2, "report": 3, "sweep": 4}
+STUDIES = "chunkformer.studies"
+LAYERS = {"stats": 0, "records": 1, "probes": 2, "claims": 2, "report": 3, "sweep": 4,
+          "study": 5}
 # What the statistics may import besides themselves: the error type every argument check raises
 # (and the packages it sits in, whose inits import nothing).
 STATS_MAY_IMPORT = {"chunkformer", "chunkformer.config_sections",
@@ -151,11 +155,23 @@ STATS_MAY_IMPORT = {"chunkformer", "chunkformer.config_sections",
 STATS_LIBRARIES = {"numpy", "scipy"}
 
 
-def _layer(module: str) -> str | None:
-  """'chunkformer.evaluation.claims.judgments' -> 'claims'; None outside the layers."""
-  if not module.startswith(EVALUATION + "."):
+def _study(module: str) -> str | None:
+  """'chunkformer.studies.paper.claims.paper_rows' -> 'paper'; None outside the studies."""
+  if not module.startswith(STUDIES + "."):
     return None
-  return module[len(EVALUATION) + 1:].split(".")[0]
+  return module[len(STUDIES) + 1:].split(".")[0]
+
+
+def _layer(module: str) -> str | None:
+  """'chunkformer.evaluation.claims.judgments' -> 'claims', a study's own layers alike
+  ('chunkformer.studies.paper.claims.x' -> 'claims'; the study's init -> 'study'); None
+  outside the engine and the studies."""
+  if module.startswith(EVALUATION + "."):
+    return module[len(EVALUATION) + 1:].split(".")[0]
+  if module.startswith(STUDIES + "."):
+    parts = module[len(STUDIES) + 1:].split(".")
+    return parts[1] if len(parts) > 1 else "study"
+  return None
 
 
 def _layer_violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -166,31 +182,66 @@ def _layer_violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
       theirs = _layer(target)
       if mine is None:
         continue  # outside the evaluation package: test_the_core_library_imports_no_package...
-      if mine == "stats":
-        if theirs != "stats" and target not in STATS_MAY_IMPORT and target != EVALUATION:
+      if mine == "stats":  # other statistics only: the engine's, or its own study's
+        if not (target in STATS_MAY_IMPORT or target in (EVALUATION, STUDIES)
+                or (theirs == "stats" and _study(target) in (None, _study(module)))):
           bad.add((module, target))
       elif theirs is not None and theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
         bad.add((module, target))
   return bad
 
 
+def _study_violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+  """The engine importing a study, or a study importing another study."""
+  bad = set()
+  for module, targets in graph.items():
+    if not module.startswith((EVALUATION, STUDIES)) or module == STUDIES:
+      continue  # the studies' package itself lists them all
+    for target in targets:
+      theirs = _study(target)
+      if theirs is None:
+        continue
+      if module.startswith(EVALUATION) or _study(module) != theirs:
+        bad.add((module, target))
+  return bad
+
+
 def test_every_evaluation_module_sits_in_a_layer():
-  modules = [m for m in _modules() if m.startswith(EVALUATION + ".")]
+  modules = [m for m in _modules() if m.startswith((EVALUATION + ".", STUDIES + "."))]
   assert modules and not {m for m in modules if _layer(m) not in LAYERS}
 
 
-def test_evaluation_imports_only_downwards():
+def test_evaluation_and_studies_import_only_downwards():
   violations = _layer_violations(_graph(_modules()))
   assert not violations, f"imports against the layer order {LAYERS}: {sorted(violations)}"
+
+
+def test_the_engine_imports_no_study_and_no_study_another():
+  violations = _study_violations(_graph(_modules()))
+  assert not violations, f"engine -> study or study -> study imports: {sorted(violations)}"
+
+
+def test_the_study_check_sees_the_engine_and_a_study_reaching_out():
+  graph = {f"{EVALUATION}.sweep.outputs": {f"{STUDIES}.paper.report.paper_table"},
+           f"{STUDIES}.eviction.claims.e": {f"{STUDIES}.needles.claims.judgments"},
+           f"{STUDIES}.eviction.claims.f": {f"{STUDIES}.eviction.claims.e",
+                                            f"{EVALUATION}.claims.standards"},
+           STUDIES: {f"{STUDIES}.paper", f"{STUDIES}.needles"}}
+  assert _study_violations(graph) == {
+      (f"{EVALUATION}.sweep.outputs", f"{STUDIES}.paper.report.paper_table"),
+      (f"{STUDIES}.eviction.claims.e", f"{STUDIES}.needles.claims.judgments")}
 
 
 def test_the_layer_check_sees_an_upward_and_a_sideways_import():
   graph = {f"{EVALUATION}.stats.a": {f"{EVALUATION}.records.b"},  # upward
            f"{EVALUATION}.probes.c": {f"{EVALUATION}.claims.d"},  # sideways
-           f"{EVALUATION}.report.e": {f"{EVALUATION}.claims.d", f"{EVALUATION}.stats.a"}}
+           f"{EVALUATION}.report.e": {f"{EVALUATION}.claims.d", f"{EVALUATION}.stats.a"},
+           f"{STUDIES}.paper.report.t": {f"{STUDIES}.paper.claims.rows"},  # a report computing
+           f"{STUDIES}.paper.claims.u": {f"{STUDIES}.paper.report.t"}}  # upward, in a study
   assert _layer_violations(graph) == {
       (f"{EVALUATION}.stats.a", f"{EVALUATION}.records.b"),
-      (f"{EVALUATION}.probes.c", f"{EVALUATION}.claims.d")}
+      (f"{EVALUATION}.probes.c", f"{EVALUATION}.claims.d"),
+      (f"{STUDIES}.paper.claims.u", f"{STUDIES}.paper.report.t")}
 
 
 def test_statistics_use_only_numpy_scipy_and_the_standard_library():
@@ -204,7 +255,8 @@ def test_statistics_use_only_numpy_scipy_and_the_standard_library():
       for name in names:
         top = name.split(".")[0]
         allowed = (top in STATS_LIBRARIES or top in sys.stdlib_module_names
-                   or name.startswith(EVALUATION + ".stats") or name in STATS_MAY_IMPORT)
+                   or name.startswith(EVALUATION + ".stats") or name in STATS_MAY_IMPORT
+                   or name.startswith(f"{STUDIES}.{_study(module)}.stats"))
         if not allowed:
           found.setdefault(module, []).append(name)
   assert not found, f"statistics importing more than numpy/scipy: {found}"
@@ -213,7 +265,8 @@ def test_statistics_use_only_numpy_scipy_and_the_standard_library():
 # Packages built on the library (importers, the study, the notebooks' explainers): the core
 # library (model, attention, data, training, decoding) never imports them; that an import of
 # a loaded model's token map once went from runtime.py up into convert/ is what this guards.
-APPLICATIONS = ("chunkformer.convert", "chunkformer.evaluation", "chunkformer.explainers")
+APPLICATIONS = ("chunkformer.convert", "chunkformer.evaluation", "chunkformer.explainers",
+                "chunkformer.studies")
 MAY_IMPORT_APPLICATIONS = APPLICATIONS + ("chunkformer.notebook",)
 
 

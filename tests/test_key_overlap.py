@@ -12,7 +12,7 @@ from chunkformer import config as config_lib
 from chunkformer import trainer
 from chunkformer.config_sections.data import DataConfig
 from chunkformer.data import kv
-from chunkformer.evaluation.probes import key_overlap
+from chunkformer.studies.needles.probes import key_overlap
 from configs import smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,12 +8,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import loss_signatures
 from chunkformer.evaluation.records import loss_rows
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.report import loss_tables
+from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats import loss_phase, seed_rule
 from chunkformer.evaluation.stats import periodicity as stats
+from chunkformer.studies.lm.claims import loss_signatures
+from chunkformer.studies.lm.report import loss_tables
 
 M = 4
 N, T = 32, 64
@@ -125,9 +126,10 @@ def test_rows_of_other_held_out_sequences_are_not_paired(units):
 
 def test_tables_and_figure(units, tmp_path):
   records, rows = units
-  text = loss_tables.sections(records, loss_signatures.code_accuracies(records),
-                            loss_signatures.pooled_signatures(records, rows.get, **RESAMPLING),
-                            str(tmp_path / "plots"), str(tmp_path))
+  judged = loss_signatures.Tables(
+      loss_signatures.code_accuracies(records),
+      loss_signatures.pooled_signatures(records, rows.get, **RESAMPLING))
+  text = loss_tables.sections(View(records, (), judged, str(tmp_path / "plots"), str(tmp_path)))
   assert "## Loss by position mod 4 (language models, per unit)" in text
   assert "| fixed_m4_seed2 |" in text and "| full_seed0 |" in text
   fixed_row = next(line for line in text.splitlines() if line.startswith("| fixed_m4 |"))
@@ -138,4 +140,5 @@ def test_tables_and_figure(units, tmp_path):
   assert (tmp_path / "plots" / "lm_loss_by_phase.png").stat().st_size > 0
   # Without language-model records, nothing.
   plain = [dataclasses.replace(r, lm_phase_loss=None) for r in records]
-  assert loss_tables.sections(plain, {}, {}, str(tmp_path), str(tmp_path)) == ""
+  nothing = loss_signatures.Tables({}, {})
+  assert loss_tables.sections(View(plain, (), nothing, str(tmp_path), str(tmp_path))) == ""

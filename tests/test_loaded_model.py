@@ -123,8 +123,9 @@ def test_training_batches_of_a_run_from_a_tokenizer_model_are_mapped(imported):
 
 def test_the_paper_protocol_probes_run_on_an_imported_model(imported):
   from chunkformer.data import lookup_task
-  from chunkformer.evaluation.probes import head_knockout, lookup
+  from chunkformer.evaluation.probes import lookup
   from chunkformer.evaluation.probes.base import ProbeContext
+  from chunkformer.studies.paper.probes import head_knockout
 
   trained = trained_lib.load(imported)
   predict = loaded_model.adapt(trained, trained_lib.Predictor(trained, 32))

@@ -15,9 +15,10 @@ from chunkformer.config import ConfigError, DataConfig
 from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes.base import ProbeContext
-from chunkformer.evaluation.records import paper
-from chunkformer.evaluation.report import probe_tables, residue_tables
+from chunkformer.evaluation.report import probe_tables
 from chunkformer.evaluation.stats import residue_accuracy
+from chunkformer.studies.paper.records import published
+from chunkformer.studies.paper.report import residue_tables
 
 KV = DataConfig(seq_len=96, num_pairs=4, key_len=1, value_len=1, num_queries=1, num_symbols=16)
 
@@ -142,7 +143,7 @@ def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():
   assert ("| paper (Qwen3-0.6B backbone, 100B tokens: a different scale): W8/S8 · 1 KV · seed 42 "
           "| lookup | prefix | 2.478 | 50.6 | 5.7 | 75.3 | - |") in text
   assert "in_sequence | 2.478 | 27.6 | 3.4 | 44.0 |" in text
-  assert paper.run_for("full_1kv") is None and residue_tables.section([]) == ""
+  assert published.run_for("full_1kv") is None and residue_tables.section([]) == ""
   # the sweep report shows the registry's residue tests as this table, other probes as JSON
   unit = types.SimpleNamespace(name="w8s8_1kv", probes={"lookup": record, "toy": {"x": 1}})
   lines = probe_tables.registry_table([unit])

@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.stats.haystack_test import haystack_phase_test
 from chunkformer.evaluation.stats.holm import holm
 from chunkformer.evaluation.stats.period_tests import phase_permutation_test
+from chunkformer.studies.needles.stats.haystack_test import haystack_phase_test
 
 
 def test_holm_matches_the_step_down_by_hand():

@@ -16,7 +16,7 @@ from chunkformer import chunking, notebook
 from chunkformer.config import AttentionConfig, DataConfig
 from chunkformer.data import kv
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.stats import analysis as records
+from chunkformer.evaluation.stats import analysis_types as records
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.explainers import anatomy, kernel_check, layout_plots

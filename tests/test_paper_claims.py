@@ -11,12 +11,13 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import judging, mechanism_claims, paper_claims, plan_check
-from chunkformer.evaluation.claims import paper_rows as pr
+from chunkformer.evaluation.claims import judging, plan_check
 from chunkformer.evaluation.records import results_file
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.residue_accuracy import from_counts
+from chunkformer.studies.paper.claims import mechanism_claims, paper_claims
+from chunkformer.studies.paper.claims import paper_rows as pr
 
 BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                            num_permutations=10)
@@ -248,7 +249,7 @@ def test_units_trained_under_another_plan_or_none_are_flagged_in_their_lines():
 def test_the_residue_g_test_is_scipys_log_likelihood_contingency_test():
   from scipy import stats as scipy_stats
 
-  from chunkformer.evaluation.stats import residue_period
+  from chunkformer.studies.paper.stats import residue_period
   k, n = np.array([10, 40, 12, 38]), np.array([50, 50, 50, 50])
   table = np.array([[10 + 12, 40 + 38], [100 - 22, 100 - 78]])
   expected = scipy_stats.chi2_contingency(table, correction=False, lambda_="log-likelihood")

@@ -12,10 +12,11 @@ import pytest
 from chunkformer import provenance
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.claims import judging
-from chunkformer.evaluation.report import paper_table
+from chunkformer.evaluation.report import sections
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import outputs
 from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.studies.paper.report import paper_table
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
 from tests.test_paper_claims import _curve, _seeds
@@ -118,10 +119,10 @@ def test_a_sweep_records_the_plan_when_a_unit_trains_and_the_report_names_it(
   assert [s["commit"] for s in evaluated[0].plan] == [state["commit"]]
   # The report's summary names the plan's hash and commit; units flagged in the lines.
   records = [r for r in _records() if r.setup.seed == 0]
-  lines = outputs._summary(resolved.settings, state, records, list(
-      judging.judge(records, None, num_resamples=10, num_permutations=10, plan=state).claims))
+  judged = judging.judge(records, None, num_resamples=10, num_permutations=10, plan=state)
+  views = sections.views(records, judged.claims, judged.tables, str(tmp_path), str(tmp_path))
+  lines = outputs._summary(resolved.settings, state, views)
   assert lines[0].startswith(f"Pre-registered plan: `{plan}`, sha256 {state['sha256'][:16]}, "
                              f"last committed in {state['commit'][:10]};")
   assert "### Main table (the paper's columns)" in lines
-  judged = judging.judge(records, None, num_resamples=10, num_permutations=10, plan=state)
   assert all("PLAN: " in line for line in judged.verdicts if "w8s8_1kv_seed0" in line)

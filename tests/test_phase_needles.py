@@ -11,7 +11,7 @@ import numpy as np
 from chunkformer.evaluation.records import correctness, results_file
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
-from chunkformer.evaluation.stats.analysis import DepthAnalysis
+from chunkformer.evaluation.stats.analysis_types import DepthAnalysis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFFSETS = np.arange(48)

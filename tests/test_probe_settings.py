@@ -11,8 +11,9 @@ import os
 import ml_collections
 import pytest
 
+from chunkformer import studies
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import builtin, registry
+from chunkformer.evaluation.probes import instruments, registry
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import probe_settings
 
@@ -23,10 +24,10 @@ def _settings(sweep: dict) -> sweep_config.SweepSettings:
   return sweep_config.settings_from(ml_collections.ConfigDict({"sweep": sweep}))
 
 
-def test_the_built_ins_are_registry_entries_run_in_registry_order():
-  assert list(registry.PROBES)[:4] == ["needle_sweep", "prefix_probe", "slot_gain",
-                                       "lm_phase_loss"]
-  assert registry.PROBES["needle_sweep"] is builtin.run_needle_sweep
+def test_the_instruments_come_first_then_each_study_s_probes_in_study_order():
+  assert list(registry.PROBES)[:3] == ["needle_sweep", "prefix_probe", "slot_gain"]
+  assert list(registry.PROBES)[3:] == [name for study in studies.STUDIES for name in study.probes]
+  assert registry.PROBES["needle_sweep"] is instruments.run_needle_sweep
   assert registry.enabled({"key_overlap": {}, "slot_gain": {}, "needle_sweep": {}}) == [
       "needle_sweep", "slot_gain", "key_overlap"]
 

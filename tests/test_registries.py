@@ -1,6 +1,7 @@
-"""The probe and claim registries, used the documented way: a toy probe (one module + one line in
-``PROBES``, enabled by ``sweep.probes.<name>``) and a toy claim (one function in ``CLAIMS``) show
-up in results.json and in the report of a real (tiny) sweep."""
+"""The registries, used the documented way: a toy study (a ``Study`` with one probe, one claim,
+a judging table and a report section, added to ``chunkformer.studies.STUDIES``) shows up in
+results.json and in the report of a real (tiny) sweep, its probe enabled by
+``sweep.probes.<name>``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ import numpy as np
 import pytest
 
 from chunkformer import data as data_lib
+from chunkformer import studies
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.evaluation.claims import registry as claim_registry
-from chunkformer.evaluation.probes import key_overlap
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness, results_file
 from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.report import figures, sections
 from chunkformer.evaluation.stats.seed_rule import NOT_REPRODUCED, REPRODUCED
+from chunkformer.evaluation.sweep import catalog
 from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.studies.needles.probes import key_overlap
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
 
@@ -59,11 +63,35 @@ def _toy_claim(evidence: claim_registry.Evidence) -> Claim:
                f"{len(found)} unit(s) checked", {"units": sorted(found)}, f"{len(found)}/1")
 
 
+def _toy_section(view: sections.View) -> str:
+  """The toy study's report section: formats the number its judging hook computed."""
+  return f"\n## Toy study\n\nFirst-token accuracy over {view.tables['units']} unit(s) judged.\n"
+
+
+# What the toy study's package exports (WORKSPACE.md, "How to add a study").
+TOY_STUDY = catalog.Study(
+    name="toy",
+    probes={"first_token": TOY_PROBE.probe},
+    claims={"C17": _toy_claim},
+    judging=claim_registry.Judging(tables=lambda e: {"units": len(e.records)}),
+    report=sections.ReportHooks(sections=_toy_section))
+
+# Every registry the studies fill (restored after each test that installs the toy study).
+_REGISTRIES = ((probe_registry, "PROBES"), (probe_registry, "OPTION_CHECKS"),
+               (claim_registry, "CLAIMS"), (claim_registry, "JUDGING"), (sections, "HOOKS"),
+               (figures, "KINDS"), (catalog, "INSTALLED"))
+
+
 @pytest.fixture
 def registered(monkeypatch):
-  # The documented way: one line in each registry.
-  monkeypatch.setitem(probe_registry.PROBES, "first_token", TOY_PROBE.probe)
-  monkeypatch.setitem(claim_registry.CLAIMS, "C17", _toy_claim)
+  # The documented way: the study's entry in ``STUDIES``, then ``install`` (as eval.py does).
+  saved = [(getattr(module, name), dict(getattr(module, name))) for module, name in _REGISTRIES]
+  monkeypatch.setattr(studies, "STUDIES", (*studies.STUDIES, TOY_STUDY))
+  studies.install()
+  yield
+  for registry, contents in saved:  # in place: other modules hold these dicts by reference
+    registry.clear()
+    registry.update(contents)
 
 
 def _spy(name: str, calls: list):
@@ -117,6 +145,7 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert "prefix_probe" not in entry and "slot_gain_init" not in entry
   assert f"| smoke | first_token | `{json.dumps(record, sort_keys=True)}` |" in report
   assert "| C17 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
+  assert report.rstrip().endswith("First-token accuracy over 1 unit(s) judged.")
   # The typed results read it back (schema 3), and a rejudge keeps it.
   assert results_file.load(outcome.results_path).variants[0].probes["first_token"] == record
   again = sweep.rejudge(config, str(tmp_path), command="rejudge")
@@ -141,6 +170,19 @@ def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_pat
 def test_the_registries_hold_the_projects_own_entries():
   assert list(claim_registry.CLAIMS) == [f"C{i}" for i in range(1, 17)] + ["E1", "E2", "E3"]
   assert "key_overlap" in probe_registry.PROBES
+  assert list(sections.HOOKS) == list(claim_registry.JUDGING) == [s.name for s in studies.STUDIES]
+
+
+def test_installing_again_changes_nothing_and_a_clash_is_refused():
+  before = (list(probe_registry.PROBES), list(claim_registry.CLAIMS))
+  studies.install()
+  assert (list(probe_registry.PROBES), list(claim_registry.CLAIMS)) == before
+  impostor = catalog.Study(name="paper")
+  with pytest.raises(ValueError, match="a different study named 'paper'"):
+    catalog.install([impostor])
+  thief = catalog.Study(name="thief", claims={"C1": _toy_claim})
+  with pytest.raises(ValueError, match="claim 'C1' of study 'thief'"):
+    claim_registry.register(thief.name, thief.claims, thief.judging)
 
 
 def test_the_key_overlap_probe_scores_a_perfect_reader_perfectly():

@@ -7,13 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import pooling, summaries
+from chunkformer.evaluation.claims import seed_pooling
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.report import claim_tables
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats import seed_rule
-from chunkformer.evaluation.stats.analysis import DepthAnalysis
+from chunkformer.evaluation.stats.analysis_types import DepthAnalysis
+from chunkformer.studies.needles.claims import summaries
+from chunkformer.studies.needles.report import claim_tables
 
 KW = dict(seed=0, num_resamples=50, num_permutations=50)
 OFFSETS = np.arange(100, 112)
@@ -56,7 +57,7 @@ def _runs_and_loader(num_seeds, *, offsets_of=None, near_step=0):
 
 def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
   runs, load = _runs_and_loader(3)
-  pooled = pooling.pool(runs, load, **KW)
+  pooled = seed_pooling.pool(runs, load, **KW)
   far = np.concatenate([load(r.name)["needle_far"].correct_YxJ for r in runs])
   near = np.concatenate([load(r.name)["needle_near"].correct_YxJ for r in runs])
   assert pooled.analysis == stats.analyze(far, OFFSETS, [4], **KW)
@@ -79,7 +80,7 @@ def test_all_depths_pooled_over_seeds_when_each_depth_has_its_own_offsets():
   # The depths of a sweep never share offsets; the seeds share them depth by depth. The pooled
   # all-depths test is then recomputed from every seed's depths, not left at seed 0's value.
   runs, load = _runs_and_loader(3, near_step=400)
-  pooled = pooling.pool(runs, load, **KW)
+  pooled = seed_pooling.pool(runs, load, **KW)
   rows = [np.concatenate([load(r.name)[n].correct_YxJ for n in ("needle_far", "needle_near")])
           for r in runs]
   expected = stats.analyze(np.concatenate(rows), OFFSETS, [4], **KW)
@@ -90,26 +91,26 @@ def test_all_depths_pooled_over_seeds_when_each_depth_has_its_own_offsets():
   # Seeds asked different offsets at one depth have no pooled all-depths test.
   other = lambda name: {**load(name), "needle_near": correctness.Matrix(  # noqa: E731
       load(name)["needle_near"].correct_YxJ, OFFSETS + (4 if name.endswith("1") else 400))}
-  assert pooling.pool(runs, other, **KW).all_depths is None
+  assert seed_pooling.pool(runs, other, **KW).all_depths is None
 
 
 def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():
   runs, load = _runs_and_loader(3)
   single = [dataclasses.replace(runs[0], setup=dataclasses.replace(runs[0].setup,
                                                                     variant="alone"))]
-  out = pooling.pooled_records(runs + single, load, **KW)
+  out = seed_pooling.pooled_records(runs + single, load, **KW)
   assert out["alone"] is single[0]
   assert out["m4"].name == "m4 (3 seeds pooled)"
-  assert "m4" not in pooling.pooled_records(runs, None, **KW)  # no matrices at all
-  assert pooling.pool(runs, lambda name: None if name.endswith("2") else load(name),
+  assert "m4" not in seed_pooling.pooled_records(runs, None, **KW)  # no matrices at all
+  assert seed_pooling.pool(runs, lambda name: None if name.endswith("2") else load(name),
                            **KW) is None  # one seed without matrices
   shifted, load_shifted = _runs_and_loader(2, offsets_of=lambda k: OFFSETS + k)
-  assert pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
+  assert seed_pooling.pool(shifted, load_shifted, **KW) is None  # not the same offsets
 
 
 def test_seed_table_shows_each_seed_the_t_interval_and_the_pooled_interval():
   runs, load = _runs_and_loader(3)
-  pooled = pooling.pooled_records(runs, load, **KW)
+  pooled = seed_pooling.pooled_records(runs, load, **KW)
   text = "\n".join(claim_tables.seed_table(summaries.seed_rows(runs, pooled)))
   row = next(line for line in text.splitlines() if line.startswith("| m4 |"))
   cells = [c.strip() for c in row.strip("|").split("|")]

@@ -13,7 +13,7 @@ from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.report import markdown as report
 from chunkformer.evaluation.report import plots
 from chunkformer.evaluation.stats import periodicity as stats
-from chunkformer.evaluation.stats.analysis import DepthAnalysis, Interval
+from chunkformer.evaluation.stats.analysis_types import DepthAnalysis, Interval
 
 Y, J = 32, 48
 OFFSETS_J = np.arange(200, 200 + J)

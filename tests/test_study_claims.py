@@ -9,14 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import judgments, registry, slot_preference, step_size, summaries
+from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.probes import split_fields
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import SlotGainSite, VariantRecord, VariantSetup
-from chunkformer.evaluation.report import claim_tables
 from chunkformer.evaluation.stats import periodicity as stats
-from chunkformer.evaluation.stats.analysis import Interval
+from chunkformer.evaluation.stats.analysis_types import Interval
 from chunkformer.evaluation.stats.estimates import phase_dependent_needles
+from chunkformer.studies.needles.claims import judgments, slot_preference, step_size, summaries
+from chunkformer.studies.needles.report import claim_tables
 
 OFFSETS = np.arange(40, 56)  # 16 consecutive offsets: 4 of each phase mod 4, 8 of each mod 2
 Y = 8  # haystacks

@@ -8,13 +8,13 @@ import pytest
 
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.stats import (
-  estimates,
-  loss_phase,
-  paired_gap,
-  seed_rule,
-  slot_null,
-  split_labels,
+    estimates,
+    loss_phase,
+    seed_rule,
+    slot_null,
+    split_labels,
 )
+from chunkformer.studies.needles.stats import paired_gap
 
 # --- split labels -------------------------------------------------------------------------------
 

@@ -18,17 +18,23 @@ from chunkformer import heldout, trainer
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.data import code, kv
-from chunkformer.evaluation.claims import judgments
-from chunkformer.evaluation.probes import builtin, end_flags, needle_sweep, prefix_probe, slot_gain
+from chunkformer.evaluation.probes import (
+  instruments,
+  needle_sweep,
+  prefix_probe,
+  slot_gain,
+  sown_boundaries,
+)
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.records import correctness, results_file
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats import slot_null
-from chunkformer.evaluation.stats.analysis import Interval
+from chunkformer.evaluation.stats.analysis_types import Interval
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import run as sweep
 from chunkformer.evaluation.sweep import shards, unit
+from chunkformer.studies.needles.claims import judgments
 from configs import smoke
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -461,7 +467,7 @@ def test_realised_pooling_weights_of_a_fixed_model_are_distributions_over_slots(
   trained = _untrained(**{"model.attention.kind": "fixed", "model.attention.window": 4,
                           "model.attention.chunk_size": 4})
   rows = data_lib.make_batch(trained.config.data, seed=0, step=0, split="heldout")
-  out = builtin.predictor(trained, 8)(rows)
+  out = instruments.predictor(trained, 8)(rows)
   sums = {k: v.sum(axis=0) for k, v in out.items() if k.startswith("pool_")}
   sites = slot_gain.analyze(trained.params, trained.config.model, sums)["sites"]
   assert [s["layer"] for s in sites] == [0, 1]
@@ -479,7 +485,7 @@ def test_dynamic_phases_use_the_boundaries_the_model_used():
   model = trained.config.model
 
   def extract(collections, rows):
-    ends = end_flags.end_flags(model, collections["intermediates"])
+    ends = sown_boundaries.end_flags(model, collections["intermediates"])
     (sown,) = jax.tree.leaves(collections["aux_metrics"])  # the model's own mean chunk length
     return {"ends": ends, "sown": jnp.broadcast_to(sown, ends.shape[:1])}
 

@@ -16,15 +16,13 @@ from chunkformer.data import lookup_task, word_tokens
 from chunkformer.data import token_map as token_map_lib
 from chunkformer.data import tokenizer as tokenizer_lib
 from chunkformer.evaluation.probes import (
-  gate_concentration,
-  gate_cycling,
-  head_knockout,
   loaded_model,
   lookup,
 )
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
+from chunkformer.studies.paper.probes import gate_concentration, gate_cycling, head_knockout
 from tests import word_bpe
 from tests.hf_qwen3 import save_tiny_qwen3
 

@@ -11,7 +11,7 @@
 - ``prune.py``: the per-layer selection and the compacted cache (positions kept).
 """
 
-from chunkformer.eviction.boundaries import Delimiter, Router
+from chunkformer.eviction.chunk_spans import Delimiter, Router
 from chunkformer.eviction.specs import (
   H2O,
   POLICIES,

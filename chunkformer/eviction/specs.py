@@ -21,8 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer.config_sections.errors import ConfigError, one_of, require
-from chunkformer.eviction import boundaries as boundaries_lib
-from chunkformer.eviction import policies, scores, select
+from chunkformer.eviction import chunk_spans, policies, scores, select
 
 Array = jax.Array
 
@@ -241,7 +240,7 @@ class ContentChunkKV(_Chunked):
 
   def check(self):
     super().check()
-    require(isinstance(self.boundaries, (boundaries_lib.Delimiter, boundaries_lib.Router)),
+    require(isinstance(self.boundaries, (chunk_spans.Delimiter, chunk_spans.Router)),
             self.field("boundaries"), f"give a Delimiter or a Router, got {self.boundaries!r}")
 
   def ends(self, tokens_BxT):
@@ -265,7 +264,7 @@ def from_dict(spec: dict[str, Any], field: str = "eviction") -> Policy:
     require(ids is not None, f"{field}.delimiters", "content_chunkkv from a config needs "
             "its delimiter token ids (a trained router is given in code: boundaries.Router)")
     lengths = {k: spec.pop(k) for k in ("min_chunk", "max_chunk") if k in spec}
-    spec["boundaries"] = boundaries_lib.Delimiter(tuple(ids), **lengths)
+    spec["boundaries"] = chunk_spans.Delimiter(tuple(ids), **lengths)
   known = {f.name for f in dataclasses.fields(cls)}
   unknown = sorted(set(spec) - known)
   require(not unknown, f"{field}.{unknown[0] if unknown else ''}",
@@ -284,7 +283,7 @@ def label(policy: Policy) -> str:
       continue
     parts.append(f"{f.name}{getattr(policy, f.name)}")
   if isinstance(policy, ContentChunkKV) and isinstance(policy.boundaries,
-                                                       boundaries_lib.Delimiter):
+                                                       chunk_spans.Delimiter):
     b = policy.boundaries
     parts.append(f"delim{'.'.join(map(str, b.ids))}-len{b.min_chunk}-{b.max_chunk}")
   return "-".join(parts)

@@ -25,7 +25,7 @@ from chunkformer.chunking import boundaries as chunk_boundaries
 from chunkformer.config import AttentionConfig
 from chunkformer.evaluation.probes import attention_weights, needle_sweep, slot_gain
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.probes.end_flags import end_flags
+from chunkformer.evaluation.probes.sown_boundaries import end_flags
 
 
 def predictor(model: trained_lib.TrainedModel, batch_size: int,

@@ -16,6 +16,7 @@ from typing import Any
 
 import ml_collections
 
+from chunkformer import studies
 from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.evaluation.sweep.config import SEED_SEPARATOR, SweepSettings
 
@@ -50,6 +51,7 @@ def sweep_config(variants: Mapping[str, ml_collections.ConfigDict], *,
   the same probes. ``order`` defaults to the order of ``variants`` (ConfigDict itself sorts
   its keys).
   """
+  studies.install()  # a sweep names the studies' probes
   values = dataclasses.asdict(SweepSettings())
   unknown = set(settings) - set(values) - set(probe_settings.LEGACY_FIELDS)
   if unknown:

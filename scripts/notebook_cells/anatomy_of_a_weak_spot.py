@@ -259,12 +259,15 @@ The same probes a sweep runs by name (`sweep.probes.lookup`, `head_knockout`,
 - the **concentration plane**: every gate's effective number of slots, static (its average
   weights) against per window (averaged per chunk). A gate below the diagonal picks different
   slots in different chunks; one near (1, 1) always picks the same slot."""),
-    ("code", """from chunkformer.evaluation.probes import builtin, gate_concentration, lookup
-from chunkformer.evaluation.probes import head_knockout
+    ("code", """from chunkformer import studies
+from chunkformer.evaluation.probes import instruments, lookup
 from chunkformer.evaluation.probes.base import ProbeContext
-from chunkformer.evaluation.report import figures, residue_tables
+from chunkformer.evaluation.report import figures
+from chunkformer.studies.paper.probes import gate_concentration, head_knockout
+from chunkformer.studies.paper.report import residue_tables
 
-context = ProbeContext(models[FIXED], builtin.predictor(models[FIXED], 32), FIXED, (M,))
+studies.install()  # the paper study's figures (knockout map, concentration plane) by kind
+context = ProbeContext(models[FIXED], instruments.predictor(models[FIXED], 32), FIXED, (M,))
 test = lookup.probe(context, modulus=M, paddings=("prefix",))
 display(Markdown(residue_tables.section([(FIXED, test.record)])))
 mechanisms = [head_knockout.probe(context, modulus=M),

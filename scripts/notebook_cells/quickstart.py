@@ -31,7 +31,7 @@ notebook needs. Both variants share the model and the task; only the attention d
 from IPython.display import Image, Markdown, display
 
 from chunkformer import notebook, trainer
-from chunkformer.evaluation.claims import judgments
+from chunkformer.studies.needles.claims import judgments
 from chunkformer.evaluation.probes import trained
 from chunkformer.evaluation.report import markdown, plots
 from chunkformer.evaluation.sweep import config as sweep_config

@@ -4,8 +4,8 @@ A sweep with ``sweep.plan`` records, before a unit trains, the plan file's state
 (``provenance.file_state``: sha256, the commit that last touched it, committed or not) in the
 unit's ``plan`` list. ``flags`` compares every unit's list with the plan file as it is now;
 ``flag_lines`` and ``flag_claims`` add the flags to the verdict lines and claim reasons of
-C1-C9 (C10-C16 flag their own lines, ``paper_rows.flag``). Without a current plan nothing is
-flagged.
+judgments (the needle study's); ``flag`` gives the note of any list of units (the paper study's
+lines). Without a current plan nothing is flagged.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkformer.evaluation.claims import paper_rows, pooling
+from chunkformer.evaluation.claims import seed_pooling
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 
@@ -46,7 +46,7 @@ def _units(judgment, records: Sequence[VariantRecord]) -> list[str]:
   """The units a judgment rests on (a seed-pooled record: every seed of its variant)."""
   names = []
   for r in judgment.records:
-    if pooling.POOLED_SUFFIX in r.name:
+    if seed_pooling.POOLED_SUFFIX in r.name:
       names += [x.name for x in records if x.setup.variant == r.setup.variant]
     else:
       names.append(r.name)
@@ -57,8 +57,8 @@ def flag_lines(judged: Sequence[Any], pooled_judged: Sequence[Any] | None,
                records: Sequence[VariantRecord], found: Mapping[str, str]) -> list[str]:
   """``judgments.verdict_lines`` with each line's plan flags added."""
   pooled = [j for j in pooled_judged or ()
-            if j.records and pooling.POOLED_SUFFIX in j.records[0].name]
-  return [j.line + paper_rows.flag(_units(j, records), found) for j in [*judged, *pooled]]
+            if j.records and seed_pooling.POOLED_SUFFIX in j.records[0].name]
+  return [j.line + flag(_units(j, records), found) for j in [*judged, *pooled]]
 
 
 def flag_claims(claims: Sequence[Claim], judged: Sequence[Any],
@@ -70,6 +70,12 @@ def flag_claims(claims: Sequence[Claim], judged: Sequence[Any],
   for claim in claims:
     units = list(dict.fromkeys(u for j in judged if j.claim == claim.id
                                for u in _units(j, records)))
-    note = paper_rows.flag(units, found)
+    note = flag(units, found)
     out.append(dataclasses.replace(claim, reason=claim.reason + note) if note else claim)
   return out
+
+
+def flag(units: Sequence[str], flags: Mapping[str, str]) -> str:
+  """The plan flags of the units a line rests on ("" when none is flagged)."""
+  found = [f"{u}: {flags[u]}" for u in units if u in flags]
+  return "" if not found else "; PLAN: " + "; ".join(found)

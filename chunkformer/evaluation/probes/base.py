@@ -23,7 +23,7 @@ from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.loss_rows import Rows
 from chunkformer.evaluation.records.variant import VariantSetup
-from chunkformer.evaluation.stats.analysis import Analysis
+from chunkformer.evaluation.stats.analysis_types import Analysis
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,58 +2,45 @@
 
 ``sweep.probes.<name> = dict(option=value, ...)`` runs ``PROBES[name](context, **options)``
 (``base``) on every unit, in the order of this registry; an option not given takes the
-function's keyword default. The sweep's built-in probes (``builtin``: the needle sweep,
-prefix probe, slot gains and loss by position) are entries like any other; they give the typed
-record fields the claims read. Any other probe's result is stored under its name in the
-variant record (results.json schema 3) and shown in the report.
+function's keyword default. The engine's own instruments (``instruments``: the needle sweep,
+prefix probe and slot gains) come first; the studies add theirs when they are installed
+(``chunkformer.studies.install``), in the order the studies are listed there. The instruments
+give the typed record fields the claims read; any other probe's result is stored under its
+name in the variant record (results.json schema 3) and shown in the report.
 
-Adding a probe: one module with its function and one line below (``tests/test_registries.py``
-does this with a toy probe).
+Adding a probe: one module with its function in a study, and one entry in that study's
+``Study.probes`` (``tests/test_registries.py`` does this with a toy study).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.evaluation.probes import (
-  builtin,
-  eviction_lookup,
-  eviction_needles,
-  gate_concentration,
-  gate_cycling,
-  head_knockout,
-  key_overlap,
-  lookup,
-)
+from chunkformer.evaluation.probes import instruments
 from chunkformer.evaluation.probes.base import Probe
 
-PROBES: dict[str, Probe] = {
-    "needle_sweep": builtin.run_needle_sweep,  # accuracy by needle offset, at every depth
-    "prefix_probe": builtin.run_prefix_probe,  # accuracy by prefix length N
-    "slot_gain": builtin.run_slot_gain,  # realised pooling weight per slot (and at init)
-    "lm_phase_loss": builtin.run_lm_phase_loss,  # language models: loss by position mod M
-    "key_overlap": key_overlap.probe,  # kv accuracy by the key tokens another needle shares
-    "lookup": lookup.probe,  # position-matched lookup: accuracy by residue, Wilson intervals
-    "long_needle": lookup.needle_probe,  # multi-token records filling the context, by residue
-    "gate_concentration": gate_concentration.probe,  # effective offsets per gate: static, window
-    "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
-    "head_knockout": head_knockout.probe,  # KV heads mean-replaced at the query: change by residue
-    "eviction_needles": eviction_needles.probe,  # needle sweep under KV eviction policies
-    "eviction_lookup": eviction_lookup.probe,  # lookup / long needle tests under eviction policies
+INSTRUMENTS: dict[str, Probe] = {
+    "needle_sweep": instruments.run_needle_sweep,  # accuracy by needle offset, at every depth
+    "prefix_probe": instruments.run_prefix_probe,  # accuracy by prefix length N
+    "slot_gain": instruments.run_slot_gain,  # realised pooling weight per slot (and at init)
 }
+PROBES: dict[str, Probe] = dict(INSTRUMENTS)
 
 # Checks of a probe's option values (beyond their names) that can run before any training.
-OPTION_CHECKS: dict[str, Any] = {
-    "eviction_needles": eviction_needles.check_options,  # the listed policies and prompt end
-    "eviction_lookup": eviction_lookup.check_options,  # the policies, the test and its options
-}
-# The lookup-task probes' vocabulary options (``lookup.check_vocabulary``).
-OPTION_CHECKS.update({name: functools.partial(lookup.check_vocabulary, f"sweep.probes.{name}")
-                      for name in ("lookup", "long_needle", "gate_cycling", "head_knockout")})
+OPTION_CHECKS: dict[str, Callable[..., None]] = {}
+
+
+def register(probes: Mapping[str, Probe],
+             option_checks: Mapping[str, Callable[..., None]] | None = None) -> None:
+  """Adds a study's probes (a name taken by another probe is refused)."""
+  for name, function in probes.items():
+    if PROBES.get(name, function) is not function:
+      raise ValueError(f"probe {name!r} is registered already by another module")
+    PROBES[name] = function
+  OPTION_CHECKS.update(option_checks or {})
 
 
 def check(probes: Mapping[str, Any]) -> None:
@@ -62,8 +49,10 @@ def check(probes: Mapping[str, Any]) -> None:
   for name, options in probes.items():
     field = f"sweep.probes.{name}"
     if name not in PROBES:
+      hint = ("" if len(PROBES) > len(INSTRUMENTS) else
+              " (no study is installed: call chunkformer.studies.install() first)")
       raise ConfigError(f"config field '{field}': no such probe; known: "
-                        f"{', '.join(sorted(PROBES)) or 'none'}")
+                        f"{', '.join(sorted(PROBES)) or 'none'}{hint}")
     if not isinstance(options, Mapping):
       raise ConfigError(f"config field '{field}': give the probe's options as a dict, got "
                         f"{options!r}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from chunkformer.evaluation.records import correctness
-from chunkformer.evaluation.stats.analysis import (
+from chunkformer.evaluation.stats.analysis_types import (
   Analysis,
   DepthAnalysis,
   FloatMatrix,

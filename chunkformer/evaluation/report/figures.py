@@ -2,7 +2,8 @@
 
 ``KINDS`` maps a figure's kind to its drawing function, called as
 ``function(path, *figure.args, **figure.options)``; kind "analysis" draws the standard set
-of an analysis (``plots.write_analysis_plots``: accuracy by offset, by phase, spectrum).
+of an analysis (``plots.write_analysis_plots``: accuracy by offset, by phase, spectrum). The
+studies add the kinds their probes draw (``sections.register``).
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ import os
 from collections.abc import Sequence
 
 from chunkformer.evaluation.probes.base import Figure
-from chunkformer.evaluation.report import mechanism_plots, plots, probe_plots
+from chunkformer.evaluation.report import plots, probe_plots
 
 KINDS = {
     "phase_accuracy": plots.plot_phase_accuracy,
     "prefix_probe": probe_plots.plot_prefix_probe,
     "slot_gains": plots.plot_slot_gains,
-    "concentration_plane": mechanism_plots.plot_concentration_plane,
-    "cycling": mechanism_plots.plot_cycling,
-    "knockout_map": mechanism_plots.plot_knockout_map,
 }
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import MISSING, number, p_value
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats.analysis import Interval
+from chunkformer.evaluation.stats.analysis_types import Interval
 
 
 def _ratio(value: float | None) -> str:

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.stats.analysis import Analysis
+from chunkformer.evaluation.stats.analysis_types import Analysis
 
 _DPI = 110
 _BAND_COLOR = "0.93"

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import residue_tables
+from chunkformer.evaluation.report import sections as study_sections
 
 
 def sections(records: Sequence[VariantRecord]) -> str:
@@ -50,20 +50,16 @@ def sections(records: Sequence[VariantRecord]) -> str:
   return "\n".join(lines + registry_table(records)) + "\n"
 
 
-# Registry probes with a table of their own (the rest are shown as their stored JSON).
-_RESIDUE_TESTS = ("lookup", "long_needle")
-_OWN_SECTION = ("eviction_needles",)  # its section: report/eviction_tables.py
-
-
 def registry_table(records: Sequence[VariantRecord]) -> list[str]:
-  """The position-matched tests as residue tables, then one row per unit and other registry
-  probe: its stored result (empty when no probe ran)."""
+  """The studies' own probe sections (``sections.ReportHooks.probe_sections``), then one row per
+  unit and other registry probe: its stored result (empty when no probe ran)."""
+  lines = []
+  for hooks in study_sections.HOOKS.values():
+    own = hooks.probe_sections(records) if hooks.probe_sections else ""
+    lines += own.split("\n") if own else []
+  skip = study_sections.own_probes()
   found = [(r.name, name, value) for r in records for name, value in (r.probes or {}).items()
-           if value is not None]
-  residue = residue_tables.section([(unit, value) for unit, name, value in found
-                                    if name in _RESIDUE_TESTS])
-  lines = residue.split("\n") if residue else []
-  found = [f for f in found if f[1] not in _RESIDUE_TESTS + _OWN_SECTION]
+           if value is not None and name not in skip]
   if not found:
     return lines
   lines += ["", "## Probes enabled by the sweep config", "",

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunkformer.evaluation.stats.analysis import (
+from chunkformer.evaluation.stats.analysis_types import (
   Analysis,
   Curve,
   Interval,

@@ -34,7 +34,7 @@ from chunkformer import attention
 from chunkformer import config as config_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, ModelConfig
-from chunkformer.evaluation.probes import builtin, needle_sweep, prefix_probe
+from chunkformer.evaluation.probes import instruments, needle_sweep, prefix_probe
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.sweep import probe_settings
@@ -113,11 +113,11 @@ class Sweep:
     return dict(self.settings.probes.get(probe) or probe_registry.options(probe, {}))
 
   def needle_spec(self) -> needle_sweep.NeedleSweepSpec:
-    return builtin.needle_spec(self.chunk_sizes, self.settings.seed,
+    return instruments.needle_spec(self.chunk_sizes, self.settings.seed,
                                **self._options("needle_sweep"))
 
   def prefix_spec(self) -> prefix_probe.PrefixSpec:
-    return builtin.prefix_spec(self.chunk_sizes, self.settings.seed,
+    return instruments.prefix_spec(self.chunk_sizes, self.settings.seed,
                                **self._options("prefix_probe"))
 
   @property

@@ -1,10 +1,10 @@
 """The files a finished sweep writes: ``results.json``, ``report.md`` and the plots.
 
 ``write(sweep, DIR, records, ...)`` has the records judged (``claims.judge``: verdict lines,
-seed-pooled tests, claims C1-C9 and the tables' statistics, all recomputable from DIR: the
+seed-pooled tests, the studies' claims and their tables' statistics, all recomputable from DIR: the
 correctness matrices, stored slot gains and LM loss rows) and writes ``DIR/results.json``
 (``results_file``), ``DIR/report.md`` (``report``: comparison table, claims, verdicts, the
-probes', claims' and language models' tables) and the figures under ``DIR/plots/``. ``run``
+probes' tables and each study's sections) and the figures under ``DIR/plots/``. ``run``
 decides which records are current.
 """
 
@@ -23,19 +23,12 @@ import jax
 from chunkformer import provenance
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.claims import eviction_data, judging
+from chunkformer.evaluation.claims import judging
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.report import (
-    claim_tables,
-    eviction_tables,
-    loss_tables,
-    markdown,
-    paper_table,
-    plots,
-    probe_tables,
-)
+from chunkformer.evaluation.report import markdown, plots, probe_tables
+from chunkformer.evaluation.report import sections as study_sections
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import probe_settings
 from chunkformer.trainer import format_duration
@@ -106,11 +99,11 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
                            plan=plan)
   lines, claims = list(judged.verdicts), list(judged.claims)
   reference = s.reference_chunk_size
+  views = study_sections.views(records, claims, judged.tables, plots_dir, workdir)
   overview = {}
-  residues = paper_table.plot_residues(os.path.join(plots_dir, "lookup_residues.png"), records)
-  if residues is not None:
-    overview["lookup accuracy by residue mod 24 per row (prefix padding; the paper's curve "
-             "dashed)"] = residues
+  for study, hooks in study_sections.HOOKS.items():
+    if hooks.overview:
+      overview.update(hooks.overview(views[study]))
   overview["accuracy vs needle offset, all variants (far depth)"] = plots.plot_variant_comparison(
       os.path.join(plots_dir, "comparison.png"), {r.name: r.analysis for r in records},
       chunk_size=reference, title=f"{s.name}: accuracy per needle offset (bands: M={reference})")
@@ -135,21 +128,18 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
   text = markdown.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall) + intro_note,
                               images=overview, directory=workdir, claims=claims,
-                              summary=_summary(s, plan, records, claims))
-  lm = loss_tables.sections(records, judged.tables.code_accuracy,
-                            judged.tables.loss_signatures, plots_dir, workdir)
-  evicted = eviction_tables.section(
-      eviction_data.phase_rows(records, correctness.loader(workdir)), claims, plots_dir, workdir)
-  workdir_lib.write_text(report_path, text + probe_tables.sections(records)
-                         + claim_tables.sections(judged) + evicted + lm)
+                              summary=_summary(s, plan, views))
+  studies = "".join(hooks.sections(views[study]) for study, hooks in study_sections.HOOKS.items()
+                    if hooks.sections)
+  workdir_lib.write_text(report_path, text + probe_tables.sections(records) + studies)
   return Outcome(results_path, report_path, markdown.comparison_table(records), records, lines,
                  wall, claims)
 
 
 def _summary(settings: sweep_config.SweepSettings, plan: Mapping[str, Any] | None,
-             records: list[VariantRecord], claims: list[Claim]) -> list[str]:
-  """The summary's lines after the claims: the plan, the paper-style table, the comparison
-  with the paper's published numbers (empty for a sweep without a plan or lookup records)."""
+             views: Mapping[str, study_sections.View]) -> list[str]:
+  """The summary's lines after the claims: the plan, then what each study adds (the paper
+  study: its main table and the comparison with the paper's published numbers)."""
   lines = []
   if settings.plan:
     lines.append(
@@ -159,14 +149,10 @@ def _summary(settings: sweep_config.SweepSettings, plan: Mapping[str, Any] | Non
            f"{plan['commit'][:10] or '(never committed)'}"
            + ("" if plan["committed"] else ", with uncommitted changes"))
         + "; verdict lines of units trained under another plan, or none, say PLAN.")
-  table = paper_table.main_table(records)
-  if table:
-    lines += (["", "### Main table (the paper's columns)", ""] if lines else
-              ["### Main table (the paper's columns)", ""]) + table
-    compared = paper_table.comparison_lines(claims, records)
-    if compared:
-      lines += ["", "Where our small-scale results agree with the paper or differ, per claim:",
-                "", *compared]
+  for study, hooks in study_sections.HOOKS.items():
+    added = hooks.summary(views[study]) if hooks.summary else []
+    if added:
+      lines += ([""] if lines else []) + added
   return lines
 
 

@@ -28,14 +28,14 @@ import dataclasses
 from typing import Any
 
 from chunkformer import workdir as workdir_lib
-from chunkformer.evaluation.probes import builtin
+from chunkformer.evaluation.probes import instruments
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
 from chunkformer.evaluation.probes.registry import PROBES, enabled
 from chunkformer.evaluation.records import correctness, loss_rows
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup, json_ready
 from chunkformer.evaluation.report import figures
-from chunkformer.evaluation.stats.analysis import as_float
+from chunkformer.evaluation.stats.analysis_types import as_float
 from chunkformer.evaluation.sweep.config import Sweep, Variant, chunk_sizes, unit_variant
 
 
@@ -104,7 +104,7 @@ def evaluate(trained: trained_lib.TrainedModel, variant: Variant, sweep: Sweep,
   settings = sweep.settings
   setup = describe(variant)
   context = ProbeContext(
-      trained, builtin.predictor(trained, settings.eval_batch_size), variant.name,
+      trained, instruments.predictor(trained, settings.eval_batch_size), variant.name,
       tuple(_phase_sizes(variant, sweep)), seed=settings.seed,
       num_resamples=settings.num_resamples, num_permutations=settings.num_permutations,
       config=variant.config, setup=setup, sweep_chunk_sizes=sweep.chunk_sizes,

@@ -1,0 +1,271 @@
+"""Claims E1-E3: inference-time KV eviction and the periodic weak spot (docs/claims.md).
+
+Read from the ``eviction_needles`` probe's correctness matrices (``eviction_data``); a group is
+one policy at one depth on one model variant, judged per seed and seed-pooled, then by the one
+seed rule (``stats.seed_rule``: at least min(2, n) seeds AND the pooled test); over groups the
+common verdict of those that decide (``combine.common_verdict``). A seed whose model misses
+``eviction_data.MODEL_ACCURACY`` before eviction is undecided. Holm within each claim over its
+seed-pooled tests; the per-seed tests stay at their own level (as for C1-C9).
+
+- E1: fixed-block eviction (ChunkKV, a grid of L tokens from position 0) gives an accuracy
+  period of exactly L: detected period = L and phase-test p < 0.01 at L (C1's test). Not
+  periodic counts as failing only where eviction bites: accuracy within [0.02, 0.98].
+- E2: content-chunked eviction (ChunkKV with delimiter chunks) removes it at equal budget:
+  against the ChunkKV groups of the same variant, depth and budget that are periodic (E1's
+  test, raw p) in the same seed (pooled: pooled), no period by the one "no period" standard
+  (``standards.no_period``: p > 0.05 at each such L, no detected period) AND a smaller gap at
+  each such L. Undecided without a periodic baseline, or when its accuracy is below 0.5 (a
+  policy that keeps no needle has no period either).
+- E3: SnapKV retrieves more needles than StreamingLLM at equal budget: the paired sign-flip
+  test over haystacks (``stats.sign_flip``); a seed holds when p < 0.05 with SnapKV ahead,
+  fails when p < 0.05 with StreamingLLM ahead, else undecided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from chunkformer import eviction
+from chunkformer.evaluation.claims import combine, standards
+from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.formatting import number
+from chunkformer.evaluation.stats.holm import holm
+from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, SeedAgreement, seed_agreement
+from chunkformer.studies.eviction.claims import eviction_data as data
+from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
+
+STATEMENTS = {
+    "E1": "fixed-block eviction (ChunkKV, chunks of L tokens on a grid from position 0) gives "
+          "an accuracy period of exactly L",
+    "E2": "content-chunked eviction (ChunkKV with chunks closed by the delimiter rule) removes "
+          "that period at equal budget",
+    "E3": "SnapKV retrieves more needles than StreamingLLM at equal budget",
+}
+BITES = (0.02, 0.98)  # E1: accuracy range in which a missing period counts against the claim
+CURE_ACCURACY = standards.LEARNED_ACCURACY  # E2: below it a missing period says nothing
+PAIRED_ALPHA = 0.05  # E3
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """One judgment of one group: per seed or seed-pooled."""
+
+  holds: bool | None
+  reason: str
+  numbers: dict[str, Any]
+
+
+def _resampling(evidence) -> dict[str, int]:
+  return dict(seed=evidence.seed, num_resamples=evidence.num_resamples,
+              num_permutations=evidence.num_permutations)
+
+
+def _no_data(claim_id: str, why: str) -> Claim:
+  return Claim(claim_id, STATEMENTS[claim_id], INCONCLUSIVE, why, {}, "0/0")
+
+
+def _gate(run_or_group) -> Outcome | None:
+  gate = run_or_group.gate
+  if gate is None or gate < data.MODEL_ACCURACY:
+    return Outcome(None, f"model accuracy before eviction {number(gate)} < "
+                   f"{data.MODEL_ACCURACY}", {"model_accuracy": gate})
+  return None
+
+
+def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]]) -> Claim:
+  """The seed rule per group, the common verdict over groups, the claim's record."""
+  rules: dict[str, SeedAgreement] = {}
+  numbers: dict[str, Any] = {}
+  for name, (seeds, pooled) in per_group.items():
+    rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
+                                 min_agree=min(2, len(seeds)))
+    numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
+                     "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
+                     "seed_rule": rules[name].record()}
+  verdict, note = combine.common_verdict({n: r.verdict for n, r in rules.items()},
+                                         "policy configurations")
+  counted = [r for r in rules.values() if verdict == INCONCLUSIVE or r.verdict == verdict]
+  agree = sum(r.holds if verdict == INCONCLUSIVE else r.agreeing_seeds for r in counted)
+  summary = "; ".join(
+      f"{n}: {r.verdict}, holds in {r.count} seeds, pooled "
+      f"{'undecided' if r.pooled_holds is None else 'holds' if r.pooled_holds else 'fails'}"
+      + (f" ({r.reason})" if r.reason else "")
+      + (f" [pooled: {per_group[n][1].reason}]" if per_group[n][1].reason else "")
+      for n, r in rules.items())
+  reason = "; ".join(x for x in (note, summary) if x)
+  return Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers,
+               f"{agree}/{sum(r.seeds for r in counted)}")
+
+
+def _holm_of(family: Sequence[tuple[Any, float]]) -> dict[Any, float]:
+  """key -> Holm-adjusted p over the family (key, raw p)."""
+  return {key: float(q) for (key, _), q in zip(family, holm([p for _, p in family]),
+                                                strict=True)}
+
+
+# --- E1 ----------------------------------------------------------------------------------
+
+
+def _period_outcome(found: data.Analysed | None, length: int, p: float | None,
+                    gate: Outcome | None) -> Outcome:
+  if gate is not None:
+    return gate
+  if found is None:
+    return Outcome(None, "correctness matrix not stored", {})
+  p = found.p_at[length] if p is None else p
+  periodic = found.detected_period == length and p < standards.PERIOD_ALPHA
+  numbers = dict(found.numbers(), p_judged=p)
+  if periodic:
+    return Outcome(True, "", numbers)
+  if found.num_offsets < 3 * length:  # the period scan cannot name L
+    return Outcome(None, f"{found.num_offsets} offsets hold fewer than 3 periods of {length}",
+                   numbers)
+  low, high = BITES
+  if not low <= found.accuracy <= high:
+    return Outcome(None, f"accuracy under eviction {found.accuracy:.3f} outside "
+                   f"[{low}, {high}]: no phase can show", numbers)
+  return Outcome(False, "", numbers)
+
+
+def e1_claim(evidence) -> Claim:
+  groups = data.of_kind(data.collect(evidence.records, evidence.matrices), eviction.ChunkKV)
+  if not groups:
+    return _no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
+  kw = _resampling(evidence)
+  per_seed = {g.name: [data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
+              for g in groups}
+  pooled = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in groups}
+  adjusted = _holm_of([(g.name, pooled[g.name].p_at[g.policy.chunk]) for g in groups
+                       if pooled[g.name] is not None])
+  out = {}
+  for g in groups:
+    seeds = [_period_outcome(a, g.policy.chunk, None, _gate(r))
+             for r, a in zip(g.runs, per_seed[g.name], strict=True)]
+    p = adjusted.get(g.name)
+    pool = _period_outcome(pooled[g.name], g.policy.chunk, p, _gate(g))
+    pool.numbers.update(p_value_holm=p, holm_family=len(adjusted))
+    out[g.name] = (seeds, pool)
+  return _combine("E1", out)
+
+
+# --- E2 ----------------------------------------------------------------------------------
+
+
+def _cure_outcome(found: data.Analysed | None, baselines: Mapping[int, data.Analysed],
+                  p_of: Callable[[int], float], gate: Outcome | None) -> Outcome:
+  """Content chunks against the periodic fixed grids ``baselines`` (L -> their analysis)."""
+  if gate is not None:
+    return gate
+  if found is None:
+    return Outcome(None, "correctness matrix not stored", {})
+  numbers = dict(found.numbers(), periodic_baselines=sorted(baselines))
+  if not baselines:
+    return Outcome(None, "no periodic fixed-block baseline at this budget", numbers)
+  if found.accuracy < CURE_ACCURACY:
+    return Outcome(None, f"accuracy under eviction {found.accuracy:.3f} < {CURE_ACCURACY}",
+                   numbers)
+  p_judged = {length: p_of(length) for length in baselines}
+  flat = all(standards.no_period(p, found.detected_period) for p in p_judged.values())
+  smaller = all(found.gap_at[m] is not None and b.gap_at[m] is not None
+                and found.gap_at[m] < b.gap_at[m] for m, b in baselines.items())
+  numbers.update(p_judged={str(m): p for m, p in p_judged.items()},
+                 baseline_gap={str(m): b.gap_at[m] for m, b in baselines.items()})
+  why = "" if flat and smaller else ("still periodic" if not flat else "gap not smaller")
+  return Outcome(flat and smaller, why, numbers)
+
+
+def _periodic(found: data.Analysed | None, length: int) -> bool:
+  return (found is not None and found.detected_period == length
+          and found.p_at[length] < standards.PERIOD_ALPHA)
+
+
+def e2_claim(evidence) -> Claim:
+  groups = data.collect(evidence.records, evidence.matrices)
+  cures = data.of_kind(groups, eviction.ContentChunkKV)
+  grids = data.of_kind(groups, eviction.ChunkKV)
+  if not cures:
+    return _no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
+                    "results")
+  kw = _resampling(evidence)
+  bases = {c.name: [g for g in grids if data.same_setting(g, c)] for c in cures}
+  lengths = {c.name: sorted({g.policy.chunk for g in bases[c.name]}) for c in cures}
+  base_seed = {g.name: {r.seed: data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs}
+               for g in grids}
+  base_pool = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in grids}
+  pooled = {c.name: data.analyse(c.pooled(), lengths[c.name], **kw) for c in cures}
+  adjusted = _holm_of([((c.name, m), pooled[c.name].p_at[m]) for c in cures
+                       if pooled[c.name] is not None for m in lengths[c.name]])
+  out = {}
+  for c in cures:
+    if not lengths[c.name]:
+      none = Outcome(None, "no ChunkKV policy at equal budget", {})
+      out[c.name] = ([none] * len(c.runs), none)
+      continue
+    seeds = []
+    for run in c.runs:
+      found = data.analyse(run.matrix, lengths[c.name], **kw)
+      periodic = {g.policy.chunk: base_seed[g.name][run.seed] for g in bases[c.name]
+                  if _periodic(base_seed[g.name].get(run.seed), g.policy.chunk)}
+      seeds.append(_cure_outcome(found, periodic, lambda m, f=found: f.p_at[m], _gate(run)))
+    periodic = {g.policy.chunk: base_pool[g.name] for g in bases[c.name]
+                if _periodic(base_pool[g.name], g.policy.chunk)}
+    pool = _cure_outcome(pooled[c.name], periodic, lambda m, n=c.name: adjusted[(n, m)],
+                         _gate(c))
+    pool.numbers.update(holm_family=len(adjusted))
+    out[c.name] = (seeds, pool)
+  return _combine("E2", out)
+
+
+# --- E3 ----------------------------------------------------------------------------------
+
+
+def _paired_outcome(a: Sequence, b: Sequence, gate: Outcome | None, *, seed: int,
+                    num_permutations: int, adjust: Callable[[float], float] | None = None
+                    ) -> tuple[Outcome, float | None]:
+  """(the judgment, its raw p) of SnapKV's matrices ``a`` against StreamingLLM's ``b``."""
+  if gate is not None:
+    return gate, None
+  if any(m is None for m in (*a, *b)):
+    return Outcome(None, "correctness matrix not stored", {}), None
+  test = sign_flip_test(*paired_rows([m.correct_YxJ for m in a], [m.correct_YxJ for m in b]),
+                        num_permutations=num_permutations, seed=seed)
+  p = test.p_value if adjust is None else adjust(test.p_value)
+  numbers = {"snapkv_accuracy": test.mean_a, "streaming_llm_accuracy": test.mean_b,
+             "difference": test.difference, "p_value": test.p_value, "p_judged": p,
+             "haystacks": test.num_haystacks}
+  if p >= PAIRED_ALPHA:
+    return Outcome(None, f"no significant difference (p = {p:.3g})", numbers), test.p_value
+  return Outcome(test.difference > 0, "", numbers), test.p_value
+
+
+def e3_claim(evidence) -> Claim:
+  groups = data.collect(evidence.records, evidence.matrices)
+  pairs = [(a, b) for a in data.of_kind(groups, eviction.SnapKV)
+           for b in data.of_kind(groups, eviction.StreamingLLM) if data.same_setting(a, b)]
+  if not pairs:
+    return _no_data("E3", "no SnapKV and StreamingLLM policies at the same budget in the "
+                    "sweep's eviction_needles results")
+  kw = dict(seed=evidence.seed, num_permutations=evidence.num_permutations)
+  raw = {}
+  for a, b in pairs:
+    common = [s for s in a.seeds if s in b.seeds]
+    ra = [r.matrix for r in a.runs if r.seed in common]
+    rb = [r.matrix for r in b.runs if r.seed in common]
+    raw[(a.name, b.name)] = _paired_outcome(ra, rb, _gate(a) or _gate(b), **kw)[1]
+  adjusted = _holm_of([(k, p) for k, p in raw.items() if p is not None])
+  out = {}
+  for a, b in pairs:
+    by_seed = {r.seed: r for r in b.runs}
+    seeds = [_paired_outcome([r.matrix], [by_seed[r.seed].matrix], _gate(r) or
+                             _gate(by_seed[r.seed]), **kw)[0]
+             for r in a.runs if r.seed in by_seed]
+    key = (a.name, b.name)
+    common = [r for r in a.runs if r.seed in by_seed]
+    pool = _paired_outcome([r.matrix for r in common],
+                           [by_seed[r.seed].matrix for r in common], _gate(a) or _gate(b),
+                           adjust=lambda p, k=key: adjusted[k], **kw)[0]
+    pool.numbers.update(holm_family=len(adjusted))
+    out[f"{a.name} vs {b.label}"] = (seeds, pool)
+  return _combine("E3", out)

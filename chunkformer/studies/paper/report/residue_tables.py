@@ -1,0 +1,56 @@
+"""Report tables of the position-matched tests (``lookup``, ``long_needle`` probe records):
+one summary row per unit and padding mode, the accuracy per residue with its 95% Wilson
+interval, and the paper's published row beside a unit named after a paper run (formatting
+only; percentages)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from chunkformer.evaluation.probes.lookup import ResidueTest
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.studies.paper.records import published
+
+
+def _pct(x: float | None) -> str:
+  return "-" if x is None else f"{100 * x:.1f}"
+
+
+def section(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+  """Markdown for (unit, probe record) pairs of the lookup and long needle probes."""
+  if not results:
+    return ""
+  lines = ["", "## Position-matched tests (accuracy % by residue of the target key position)",
+           "", "| variant | test | padding | val loss | mean | worst (residue) | gap | "
+           "stride repeat |", "|:--|:--|:--|--:|--:|--:|--:|--:|"]
+  curves = []
+  for unit, record in results:
+    test = ResidueTest.from_record(record)
+    loss = "-" if test.validation_loss is None else f"{test.validation_loss:.3f}"
+    for mode, t in test.modes.items():
+      lines.append(f"| {unit} | {test.test} | {mode} | {loss} | {_pct(t.mean)} | "
+                   f"{_pct(t.worst)} ({t.worst_residue}) | {_pct(t.gap)} | "
+                   f"{_pct(t.stride_repeat)} |")
+      cells = " ".join(f"{r}: {_pct(a)} [{_pct(lo)}, {_pct(hi)}]" for r, (a, lo, hi) in
+                       enumerate(zip(t.accuracy, t.low, t.high, strict=True)))
+      curves.append(f"- {unit}, {test.test}, {mode} (n = {t.total[0]} per residue, mod "
+                    f"{t.modulus}): {cells}")
+      entry = published.run_for(unit) if test.test == "lookup" else None
+      row = None if entry is None else published.lookup_row(entry, mode)
+      if row is not None:
+        lines.append(f"| {published.SCALE_NOTE}: {entry['name']} | lookup | {mode} | "
+                     f"{row['loss'] if row['loss'] is not None else '-'} | {row['mean']:.1f} | "
+                     f"{row['worst']:.1f} | {row['gap']:.1f} | - |")
+        curves.append(f"- {published.SCALE_NOTE}: {entry['name']}, {mode} (mod 24): "
+                      + " ".join(f"{r}: {a:.1f}" for r, a in enumerate(row["acc"])))
+  return "\n".join(lines + ["", "Accuracy per residue [95% Wilson interval]:", ""] + curves)
+
+
+RESIDUE_TESTS = ("lookup", "long_needle")  # the probes whose records this section shows
+
+
+def probe_section(records: Sequence[VariantRecord]) -> str:
+  """The section of every record's position-matched tests, in record order."""
+  return section([(r.name, value) for r in records for name, value in (r.probes or {}).items()
+                  if value is not None and name in RESIDUE_TESTS])
