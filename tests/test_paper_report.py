@@ -11,11 +11,12 @@ import pytest
 
 from chunkformer import provenance
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.claims import judging, registry
 from chunkformer.evaluation.report import sections
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import outputs
 from chunkformer.evaluation.sweep import run as sweep
+from chunkformer.studies.paper.claims import main_table
 from chunkformer.studies.paper.report import paper_table
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -32,8 +33,12 @@ def _records():
           *_seeds("full_1kv", 2, attention="full")]
 
 
+def _tables(records):
+  return main_table.tables(registry.Evidence(tuple(records), {}, None))
+
+
 def test_the_main_table_puts_the_papers_row_beside_ours_with_hand_computed_cells():
-  lines = paper_table.main_table(_records())
+  lines = paper_table.main_table(_tables(_records()))
   ours = next(line for line in lines if line.startswith("| w8s8_1kv |"))
   # 21 residues at 58/64 and 3 at 6/64 (round(0.9 * 64), round(0.1 * 64)), 2 seeds.
   mean = 100 * (21 * 58 + 3 * 6) / 64 / 24
@@ -43,13 +48,13 @@ def test_the_main_table_puts_the_papers_row_beside_ours_with_hand_computed_cells
   assert paper_row.startswith("| paper (Qwen3-0.6B backbone, 100B tokens: a different scale): "
                               "W8/S8 · 1 KV · seed 42 | - | 2.478 | 50.6 | 5.7 | 75.3 | 27.6 |")
   assert not any("full_1kv" in line and "paper" in line for line in lines)  # none published
-  assert paper_table.main_table(_records()[:0]) == []
+  assert paper_table.main_table(_tables([])) == []
 
 
 def test_each_paper_claim_gets_one_line_against_the_published_numbers(tmp_path):
   records = _records()
   judged = judging.judge(records, None, num_resamples=10, num_permutations=10)
-  lines = paper_table.comparison_lines(judged.claims, records)
+  lines = paper_table.comparison_lines(judged.claims, judged.tables["paper"])
   assert [line.split("**")[1] for line in lines] == [f"C{i}" for i in range(10, 17)]
   c10 = lines[0]
   # The paper's W8/S8 row: prefix gap 75.3; ours (58 - 6) / 64 = 81.25: 5.95 points larger.
@@ -57,7 +62,8 @@ def test_each_paper_claim_gets_one_line_against_the_published_numbers(tmp_path):
   # Ours: the weak residues of _curve(8, ...) sit at phase 7 and repeat exactly every 8.
   assert "(S = 8), weakest residue mod S 7, stride repeat 0.0 points, prefix gap" in c10
   assert "no full-attention row" in lines[1] and "C14" in lines[4]
-  path = paper_table.plot_residues(str(tmp_path / "plots" / "residues.png"), records)
+  path = paper_table.plot_residues(str(tmp_path / "plots" / "residues.png"),
+                                   judged.tables["paper"])
   assert os.path.getsize(path) > 1000
 
 

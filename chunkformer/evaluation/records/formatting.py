@@ -15,6 +15,11 @@ def number(value: Any, spec: str = ".3f") -> str:
   return format(value, spec)
 
 
+def percent(value: float | None) -> str:
+  """A share as percent points with one decimal (0.125 -> '12.5'); MISSING for None."""
+  return MISSING if value is None else f"{100 * value:.1f}"
+
+
 def interval(value: Any, low: Any, high: Any) -> str:
   """'value [low, high]', each as ``number`` (MISSING where undefined)."""
   return f"{number(value)} [{number(low)}, {number(high)}]"

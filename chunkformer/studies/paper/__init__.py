@@ -14,7 +14,7 @@ from chunkformer.evaluation.claims.registry import Judging
 from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.report.sections import ReportHooks
 from chunkformer.evaluation.sweep.catalog import Study
-from chunkformer.studies.paper.claims import mechanism_claims, paper_claims
+from chunkformer.studies.paper.claims import main_table, mechanism_claims, paper_claims
 from chunkformer.studies.paper.probes import gate_concentration, gate_cycling, head_knockout
 from chunkformer.studies.paper.report import mechanism_plots, paper_table, residue_tables
 
@@ -47,7 +47,7 @@ STUDY = Study(
         "C15": _claim(mechanism_claims.c15),  # concentrated gates line up with knockout phases
         "C16": _claim(mechanism_claims.c16),  # cycling moves the weak phases, boundary stays
     },
-    judging=Judging(),
+    judging=Judging(tables=main_table.tables),
     report=ReportHooks(
         figures={"concentration_plane": mechanism_plots.plot_concentration_plane,
                  "cycling": mechanism_plots.plot_cycling,

@@ -17,14 +17,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.report.sections import View
 from chunkformer.studies.eviction.claims.eviction_data import PhaseRow
 
 CLAIMS = ("E1", "E2", "E3")
-
-
-def _pct(x: float) -> str:
-  return f"{100 * x:.1f}"
 
 
 def _budget(row: PhaseRow) -> str:
@@ -49,14 +46,14 @@ def section(rows: Sequence[PhaseRow], claims: Sequence[Claim], plots_dir: str,
             + " | ".join(f"gap L={m}" for m in lengths) + " |",
             "|:--|:--|--:|:--|--:|--:|" + "--:|" * len(lengths)]
   for r in rows:
-    gaps = [f"{_pct(r.residues[m].gap)} ({r.residues[m].worst_residue})" if m in r.residues
+    gaps = [f"{percent(r.residues[m].gap)} ({r.residues[m].worst_residue})" if m in r.residues
             else "-" for m in lengths]
     lines.append(f"| {r.variant} | {r.depth} | {_budget(r)} | {r.label} | {r.seeds} | "
-                 f"{_pct(r.accuracy)} | " + " | ".join(gaps) + " |")
+                 f"{percent(r.accuracy)} | " + " | ".join(gaps) + " |")
   lines += ["", "Accuracy per residue of the offset mod L [95% Wilson interval]:", ""]
   for r in rows:
     for m, t in r.residues.items():
-      cells = " ".join(f"{k}: {_pct(a)} [{_pct(lo)}, {_pct(hi)}]" for k, (a, lo, hi) in
+      cells = " ".join(f"{k}: {percent(a)} [{percent(lo)}, {percent(hi)}]" for k, (a, lo, hi) in
                        enumerate(zip(t.accuracy, t.low, t.high, strict=True)))
       lines.append(f"- {r.variant}, {r.depth}, {r.label}, L={m} (n = {t.total[0]} per "
                    f"residue): {cells}")

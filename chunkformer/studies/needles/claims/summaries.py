@@ -34,6 +34,7 @@ from chunkformer.evaluation.stats import split_labels
 from chunkformer.evaluation.stats.estimates import Estimate, phase_dependent_needles
 from chunkformer.evaluation.stats.seed_rule import seed_interval
 from chunkformer.studies.needles.claims import judgments
+from chunkformer.studies.needles.claims.step_size import c5_group_name
 
 SHIFT_WIDTHS = (0, 2, 3, 4)
 NEEDLE_LENGTHS = (1, 2, 3)
@@ -86,6 +87,11 @@ class SplitLabelBlock:
   value_len: int
   steps: int
   rows: tuple[SplitLabelRow, ...]
+
+  @property
+  def c5_group(self) -> str:
+    """The key of this block's paired gap difference in C5's numbers."""
+    return c5_group_name(self.key_len, self.value_len, self.steps)
 
 
 def _phase_labels(r: VariantRecord) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,6 @@ from chunkformer.evaluation.records.formatting import MISSING, interval, number,
 from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats.estimates import PHASE_DEPENDENT, Estimate
 from chunkformer.studies.needles.claims import summaries
-from chunkformer.studies.needles.claims.step_size import c5_group_name
 
 
 def _across(estimate: Estimate | None) -> str:
@@ -76,7 +75,7 @@ def split_label_tables(blocks: Sequence[summaries.SplitLabelBlock],
       lines.append(f"| {row.chunk_size}{'*' if row.from_phases else ''} | {row.seeds} | "
                    f"{', '.join(row.kinds_by_phase)} | {' | '.join(cells)} | "
                    f"{number(row.mean_accuracy)} | {number(row.mean_gap)} |")
-    group = (c5.numbers.get(c5_group_name(block.key_len, block.value_len, block.steps))
+    group = (c5.numbers.get(block.c5_group)
              if c5 is not None else None)
     if isinstance(group, dict) and "difference" in group:
       lines += ["", f"Paired gap(M=2) - gap(M=4): {group['difference']:.3f} "

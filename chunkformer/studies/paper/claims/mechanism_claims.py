@@ -19,11 +19,10 @@ from scipy import stats as scipy_stats
 from chunkformer.evaluation.claims import plan_check
 from chunkformer.evaluation.claims.combine import common_verdict
 from chunkformer.evaluation.records.claim import Claim
-from chunkformer.evaluation.records.formatting import p_value
+from chunkformer.evaluation.records.formatting import p_value, percent
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from chunkformer.studies.paper.claims import paper_rows as pr
-from chunkformer.studies.paper.claims.paper_rows import pct
 from chunkformer.studies.paper.stats import cycling
 
 STATEMENTS = {
@@ -112,7 +111,7 @@ def _half(rows: Mapping[str, list[VariantRecord]], compressed: bool, *,
 
   what = "phase specialisation" if compressed else "no phase specialisation (full attention)"
   need = (f"specialised: Holm p < {SPECIALISED_ALPHA} and the top phase losing >= "
-          f"{pct(SPECIALISED_EFFECT)} points more than the median phase; need "
+          f"{percent(SPECIALISED_EFFECT)} points more than the median phase; need "
           + ("a specialised head" if compressed else "none"))
   rules, lines, numbers, units_used = {}, [], {}, []
   for variant, units in rows.items():
@@ -130,7 +129,7 @@ def _half(rows: Mapping[str, list[VariantRecord]], compressed: bool, *,
                               "p_value_holm_claim": claim_holm[k]} for k in mine}}
       where = ("no head above the knockout floor" if best is None else
                f"{len(mine)} tested heads, {len(specialised(mine, unit_holm))} specialised; "
-               f"largest L{best[1]}H{best[2]}: top phase {pct(effects[best])} points above "
+               f"largest L{best[1]}H{best[2]}: top phase {percent(effects[best])} points above "
                f"the median, p = {p_value(mine[best])} (Holm over the unit's heads: "
                f"{p_value(unit_holm[best])})")
       lines.append(f"{pr.head(h)}: C14 {what} ({unit.name}, S={_stride(unit)}): {where} "
@@ -175,7 +174,7 @@ def c14(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
   agree = (sum(r["fails"] if verdict == NOT_REPRODUCED else r["holds"] for r in seeds
                if verdict == INCONCLUSIVE or r["verdict"] == verdict))
   counted = sum(r["seeds"] for r in seeds if verdict == INCONCLUSIVE or r["verdict"] == verdict)
-  test = (f"test: a head is specialised when its top phase loses >= {pct(SPECIALISED_EFFECT)} "
+  test = (f"test: a head is specialised when its top phase loses >= {percent(SPECIALISED_EFFECT)} "
           f"points more than its median phase with Holm p < {SPECIALISED_ALPHA} (Bonferroni "
           "over the S phases; Holm over the heads of each half of the claim); "
           f"{pr.MIN_SEEDS} seeds per row")
@@ -292,7 +291,7 @@ def c16(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
     return pr.no_data("C16", STATEMENTS["C16"], "no row with a gate_cycling record (W = S, "
                       "per-offset gates)")
   rules, lines, numbers, units_used = {}, [], {}, []
-  need = (f"need R^2 >= {R2_MIN} and the boundary phase within {pct(BOUNDARY_SLACK)} points of "
+  need = (f"need R^2 >= {R2_MIN} and the boundary phase within {percent(BOUNDARY_SLACK)} points of "
           "the weakest other phase under every cycle")
 
   def line(h, name, stride, nums, units):
@@ -301,7 +300,7 @@ def c16(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
     return (f"{pr.head(h)}: C16 cycling ({name}, S={stride}): R^2 "
             f"{'-' if r2 is None else f'{r2:.3f}'} without the boundary phase; the boundary "
             f"phase's accuracy minus the weakest other phase's, largest over the cycles: "
-            f"{pct(worst)} points ({need}){plan_check.flag([u.name for u in units], flags)}")
+            f"{percent(worst)} points ({need}){plan_check.flag([u.name for u in units], flags)}")
 
   for variant, units in found.items():
     stride = units[0].chunk_size

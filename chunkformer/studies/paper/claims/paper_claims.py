@@ -15,11 +15,11 @@ from typing import Any
 
 from chunkformer.evaluation.claims import plan_check
 from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from chunkformer.studies.paper.claims import paper_rows as pr
-from chunkformer.studies.paper.claims.paper_rows import pct
 
 STATEMENTS = {
     "C10": "the lookup accuracy period equals the stride S for S in {4, 6, 8, 12}, "
@@ -39,8 +39,8 @@ def _table(unit: VariantRecord, padding: str) -> ResidueAccuracy | None:
 
 
 def _shape(t: ResidueAccuracy) -> str:
-  return (f"mean {pct(t.mean)}, worst {pct(t.worst)} (residue {t.worst_residue}), "
-          f"gap {pct(t.gap)} points")
+  return (f"mean {percent(t.mean)}, worst {percent(t.worst)} (residue {t.worst_residue}), "
+          f"gap {percent(t.gap)} points")
 
 
 def _name(units: Sequence[VariantRecord], pooled: bool) -> str:
@@ -218,8 +218,8 @@ def c11(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
       nop = pr.no_period(p, t.detected_period)
       fails |= not (flat and nop)
       low |= table.mean < pr.LOOKUP_LEARNED
-      parts.append(f"{mode}: {_shape(table)}, low(best) - high(worst) {pct(beyond)} points "
-                   f"(need <= {pct(pr.FLAT_BOUND)}), {pr.p_text(p)} at S={pr.REFERENCE_STRIDE},"
+      parts.append(f"{mode}: {_shape(table)}, low(best) - high(worst) {percent(beyond)} points "
+                   f"(need <= {percent(pr.FLAT_BOUND)}), {pr.p_text(p)} at S={pr.REFERENCE_STRIDE},"
                    f" detected period {t.detected_period or 'none'}")
     holds = False if fails else (None if low else True)
     return holds, "; ".join(parts)
@@ -255,7 +255,7 @@ def c11(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
                      f"({_name(units, True)}; p Holm-adjusted over the claim's {family} "
                      f"tests): {text}{plan_check.flag([u.name for u in units], flags)}")
     rules[variant] = pr.seed_rule(holds, pooled_holds if len(units) > 1 else holds[0])
-  test = (f"test: in both paddings low(best) - high(worst) <= {pct(pr.FLAT_BOUND)} points and "
+  test = (f"test: in both paddings low(best) - high(worst) <= {percent(pr.FLAT_BOUND)} points and "
           f"no period (p > {pr.NULL_ALPHA} at S={pr.REFERENCE_STRIDE}, none detected), the "
           f"seed-pooled p Holm-adjusted over the claim's {family} tests; {pr.MIN_SEEDS} seeds "
           "per row")
@@ -296,15 +296,15 @@ def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                     f"the full-attention reference ({ref_name}) is below the lookup gate "
                     f"{pr.LOOKUP_LEARNED}", {}, "0/0")
   rules, lines, numbers, units_used = {}, [], {}, [u.name for u in full]
-  need = (f"need |mean - full| <= {pct(MEAN_BOUND)} and full's worst Wilson low - this "
-          f"worst's Wilson high >= {pct(WORST_MARGIN)} points")
+  need = (f"need |mean - full| <= {percent(MEAN_BOUND)} and full's worst Wilson low - this "
+          f"worst's Wilson high >= {percent(WORST_MARGIN)} points")
 
   def line(h, name, table, found_numbers, units, other):
     beside = "" if other is None else f"; in-sequence padding: {_shape(other)}"
     return (f"{pr.head(h)}: C13 mean hides the effect ({name}, prefix padding): "
             f"{_shape(table)} vs full ({ref_name}) {_shape(ref)}: mean difference "
-            f"{pct(found_numbers['mean_difference'])}, worst below by "
-            f"{pct(found_numbers['worst_below'])} points ({need}){beside}"
+            f"{percent(found_numbers['mean_difference'])}, worst below by "
+            f"{percent(found_numbers['worst_below'])} points ({need}){beside}"
             f"{plan_check.flag([u.name for u in [*units, *full]], flags)}")
 
   for variant, units in found.items():

@@ -47,10 +47,6 @@ POOLED = "seeds pooled"
 NO_DATA = "no data: "
 
 
-def pct(x: float | None) -> str:
-  return "-" if x is None else f"{100 * x:.1f}"
-
-
 def window(setup: VariantSetup) -> int:
   """W: the compressor's window (``compress_window``; 0 = S, or 2S with overlap)."""
   if setup.compress_window:

@@ -9,12 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chunkformer.evaluation.probes.lookup import ResidueTest
+from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.studies.paper.records import published
-
-
-def _pct(x: float | None) -> str:
-  return "-" if x is None else f"{100 * x:.1f}"
 
 
 def section(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -29,10 +26,10 @@ def section(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     test = ResidueTest.from_record(record)
     loss = "-" if test.validation_loss is None else f"{test.validation_loss:.3f}"
     for mode, t in test.modes.items():
-      lines.append(f"| {unit} | {test.test} | {mode} | {loss} | {_pct(t.mean)} | "
-                   f"{_pct(t.worst)} ({t.worst_residue}) | {_pct(t.gap)} | "
-                   f"{_pct(t.stride_repeat)} |")
-      cells = " ".join(f"{r}: {_pct(a)} [{_pct(lo)}, {_pct(hi)}]" for r, (a, lo, hi) in
+      lines.append(f"| {unit} | {test.test} | {mode} | {loss} | {percent(t.mean)} | "
+                   f"{percent(t.worst)} ({t.worst_residue}) | {percent(t.gap)} | "
+                   f"{percent(t.stride_repeat)} |")
+      cells = " ".join(f"{r}: {percent(a)} [{percent(lo)}, {percent(hi)}]" for r, (a, lo, hi) in
                        enumerate(zip(t.accuracy, t.low, t.high, strict=True)))
       curves.append(f"- {unit}, {test.test}, {mode} (n = {t.total[0]} per residue, mod "
                     f"{t.modulus}): {cells}")

@@ -1,0 +1,106 @@
+"""The statistics the paper study's report shows, computed once when the sweep is judged: one
+row per variant with lookup records (seeds pooled per padding mode), the shape numbers C10's
+comparison line sets beside the paper's, and C13's worst-residue spreads.
+
+The report (``report.paper_table``) formats these and the paper's published rows; it computes
+nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
+from chunkformer.studies.paper.claims import paper_rows as pr
+from chunkformer.studies.paper.records import published
+
+MODES = ("prefix", "in_sequence")
+MEAN_MATCH = 0.05  # C13: rows within this share of each other in mean are compared in worst
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One variant of the table: its units pooled, and what C10 and C12 compare with the paper."""
+
+  variant: str
+  seeds: int
+  validation_loss: float | None  # mean over the units that recorded one
+  pooled: Mapping[str, ResidueAccuracy | None]  # padding -> seed-pooled residue table
+  paper: Mapping[str, Any] | None  # the paper's run of the same name (``published.run_for``)
+  stride: int | None
+  geometry: bool  # C10's rows (``paper_rows.is_geometry``)
+  ablation: str | None  # C12's kind, if any
+  full: bool
+  # C10's shape numbers (points): mean |A(r) - A(r + S)| of ours and of the paper's curve
+  stride_repeat: float | None = None
+  paper_stride_repeat: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+  rows: tuple[Row, ...] = ()
+  # C13: the largest worst-residue difference between rows within MEAN_MATCH in prefix mean
+  worst_spread: float | None = None  # ours, points
+  paper_worst_spread: float | None = None  # the paper's published rows, points
+
+
+def stride_repeat(accuracy_points: Sequence[float], stride: int) -> float:
+  """Mean |A(r) - A(r + stride)| over r (points in, points out)."""
+  a = np.asarray(accuracy_points, np.float64)
+  return float(np.mean(np.abs(a[:-stride] - a[stride:])))
+
+
+def worst_spread(rows: Sequence[tuple[float, float]]) -> float | None:
+  """The largest worst-residue difference between rows within 5 points of each other in mean
+  (rows given as (mean, worst) in points)."""
+  found = [abs(a[1] - b[1]) for a, b in itertools.combinations(rows, 2)
+           if abs(a[0] - b[0]) <= 100 * MEAN_MATCH]
+  return max(found) if found else None
+
+
+def lookup_units(records: Sequence[VariantRecord]) -> dict[str, list[VariantRecord]]:
+  """variant -> its units with a lookup record, in the sweep's order."""
+  out: dict[str, list[VariantRecord]] = {}
+  for r in records:
+    if pr.lookup_modes(r) is not None:
+      out.setdefault(r.setup.variant, []).append(r)
+  return out
+
+
+def _loss(units: Sequence[VariantRecord]) -> float | None:
+  found = [((u.probes or {})["lookup"]).get("validation_loss") for u in units]
+  found = [x for x in found if x is not None]
+  return float(np.mean(found)) if found else None
+
+
+def _row(variant: str, units: Sequence[VariantRecord]) -> Row:
+  setup = units[0].setup
+  pooled = {mode: pr.pooled_mode(units, mode) for mode in MODES}
+  entry = published.run_for(variant)
+  row = Row(variant, len(units), _loss(units), pooled, entry, units[0].chunk_size,
+            pr.is_geometry(setup), pr.ablation_kind(setup), pr.is_full(setup))
+  prefix, s = pooled["prefix"], units[0].chunk_size
+  if not row.geometry or entry is None:
+    return row
+  theirs = published.lookup_row(entry, "prefix")
+  return dataclasses.replace(
+      row, paper_stride_repeat=stride_repeat(theirs["acc"], s),
+      stride_repeat=(None if prefix is None else
+                     stride_repeat(100 * np.asarray(prefix.accuracy), s)))
+
+
+def tables(e) -> Tables:
+  """The judging hook (``claims.registry.Judging.tables``)."""
+  rows = tuple(_row(v, units) for v, units in lookup_units(e.records).items())
+  if not rows:
+    return Tables()
+  ours = [(100 * t.mean, 100 * t.worst) for row in rows
+          if (t := row.pooled["prefix"]) is not None]
+  theirs = [(r["pp"]["mean"][0], r["pp"]["worst"]) for r in published.published()["runs"]]
+  return Tables(rows, worst_spread(ours), worst_spread(theirs))
