@@ -16,13 +16,12 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from chunkformer import checkpointing, warm_start
+from chunkformer import checkpointing, run_tokens, warm_start
 from chunkformer import data as data_lib
 from chunkformer import sharding as sharding_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.model import Transformer
 
 
@@ -37,8 +36,8 @@ class Runtime:
   rules: sharding_lib.Rules  # logical axis rules fitted to this model and mesh
   batch_sharding: NamedSharding
   row_block: tuple[int, int]  # (index, count): the rows of each global batch this process feeds
-  # kv rows in the tokens of the pretrained model this run starts from (data/token_map.py)
-  token_map: token_map_lib.TokenMap | None = None
+  # kv rows in the tokens of the pretrained model this run starts from (run_tokens.py)
+  token_map: run_tokens.TokenMap | None = None
   feed: Any = None  # data.feed.CorpusFeed for task "corpus" (stateful); None: batches by step
 
   @contextlib.contextmanager
@@ -104,7 +103,7 @@ def build(config: Config, devices: Sequence[jax.Device] | None = None) -> Runtim
         shard_count=row_block[1], read_threads=d.read_threads, needles=d.code_needles,
         near_distance=d.near_distance)
   return Runtime(config, mesh, model, tx, abstract, shardings, rules, batch_sharding, row_block,
-                 token_map=token_map_lib.for_run("", config), feed=feed)
+                 token_map=run_tokens.for_run("", config), feed=feed)
 
 
 def restore_newest(workdir: str) -> tuple[Config, Runtime, Any, int]:

@@ -10,7 +10,7 @@ The model is the source run's (``RUN/config.json``) and its weights start this r
 window, layers 1, 3, ... stay full), added token shifts, and the dtype. Compressor weights are
 freshly initialised; with ``init.train_only_new_steps = N`` only they train for the first N
 steps. Data: the source's (an import records the kv retrieval task at its --seq_len; when the
-source has a tokenizer the kv rows are spoken in its tokens, chunkformer/data/token_map.py);
+source has a tokenizer the kv rows are spoken in its tokens, chunkformer/run_tokens.py);
 for the byte-level code corpus add --config.data.task=code; for a real corpus in the model's
 own tokens, ingest it with the imported tokenizer and train on the shards:
 

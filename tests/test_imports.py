@@ -132,6 +132,15 @@ def test_config_sections_import_nothing_from_chunkformer():
               not t.startswith("chunkformer.config_sections")}
 
 
+def test_data_sits_below_the_run_config_and_run_directories():
+  # config.py imports data/ (its task checks); data/ reading a run directory or the run config
+  # would run back up (a run's tokens live in chunkformer/run_tokens.py).
+  graph = _graph(_modules())
+  above = {"chunkformer.config", "chunkformer.workdir", "chunkformer.run_tokens"}
+  assert not {(m, t) for m, targets in graph.items() if m.startswith("chunkformer.data")
+              for t in targets if t in above}
+
+
 def test_caches_import_no_attention_kind():
   # The kinds hand their submodules to the caches' steps, never the reverse (WORKSPACE.md,
   # "How to add an attention kind").

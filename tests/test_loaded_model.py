@@ -11,11 +11,11 @@ import tokenizers
 
 from chunkformer import config as config_lib
 from chunkformer import data as data_lib
+from chunkformer import run_tokens
 from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.convert import qwen3
 from chunkformer.data import kv
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import loaded_model, needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.sweep import run as sweep
@@ -50,8 +50,8 @@ def test_token_map_is_one_to_one_on_the_kv_alphabet(tmp_path):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
   data = DataConfig()
-  mapping = token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path),
-                                        token_map_lib.TokenStrings(), data, 300)
+  mapping = run_tokens.TokenMap.build(run_tokens.load_tokenizer(path),
+                                        run_tokens.TokenStrings(), data, 300)
   ids = np.arange(1, kv.vocab_size(data))
   assert (mapping.to_model[ids] >= ID_BASE).all()
   assert len(set(mapping.to_model[ids].tolist())) == ids.size
@@ -61,23 +61,23 @@ def test_token_map_is_one_to_one_on_the_kv_alphabet(tmp_path):
 
 
 @pytest.mark.parametrize("strings, vocab, match", [
-    (token_map_lib.TokenStrings(query="ab?"), 300, "query = 'ab\\?' is 2 tokens"),
-    (token_map_lib.TokenStrings(query=" "), 300, "filler\\[0\\] are the same token"),
-    (token_map_lib.TokenStrings(), 120, "outside the model's vocabulary of 120"),
-    (token_map_lib.TokenStrings(symbols=("a", "b")), 300, "data.num_symbols"),
+    (run_tokens.TokenStrings(query="ab?"), 300, "query = 'ab\\?' is 2 tokens"),
+    (run_tokens.TokenStrings(query=" "), 300, "filler\\[0\\] are the same token"),
+    (run_tokens.TokenStrings(), 120, "outside the model's vocabulary of 120"),
+    (run_tokens.TokenStrings(symbols=("a", "b")), 300, "data.num_symbols"),
 ])
 def test_bad_token_strings_are_refused_by_name(tmp_path, strings, vocab, match):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
   with pytest.raises(ConfigError, match=match):
-    token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path), strings, DataConfig(), vocab)
+    run_tokens.TokenMap.build(run_tokens.load_tokenizer(path), strings, DataConfig(), vocab)
 
 
 def test_mapped_predictor_feeds_model_ids_and_returns_kv_ids(tmp_path):
   path = str(tmp_path / "tok.json")
   write_char_tokenizer(path)
-  mapping = token_map_lib.TokenMap.build(token_map_lib.load_tokenizer(path),
-                                        token_map_lib.TokenStrings(), DataConfig(), 300)
+  mapping = run_tokens.TokenMap.build(run_tokens.load_tokenizer(path),
+                                        run_tokens.TokenStrings(), DataConfig(), 300)
   seen = {}
 
   def echo(rows):  # a "model" that predicts its own input token
@@ -98,7 +98,7 @@ def test_sweep_runs_on_an_imported_model_and_writes_its_report(imported, tmp_pat
                       num_permutations=20)
   assert qwen3.read_record(imported)["tokenizer"] == "tokenizer.json"
   trained = trained_lib.load(imported)
-  assert token_map_lib.for_run(imported, trained.config) is not None  # rows in its token ids
+  assert run_tokens.for_run(imported, trained.config) is not None  # rows in its token ids
   outcome = sweep.run(config, str(tmp_path / "sweep"), command="test")
   with open(outcome.results_path) as f:
     (record,) = json.load(f)["variants"]

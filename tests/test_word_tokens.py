@@ -10,10 +10,10 @@ import types
 import numpy as np
 import pytest
 
+from chunkformer import run_tokens
 from chunkformer.config import ConfigError, DataConfig
 from chunkformer.convert import qwen3
 from chunkformer.data import lookup_task, word_tokens
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.data import tokenizer as tokenizer_lib
 from chunkformer.evaluation.probes import (
   loaded_model,
@@ -111,7 +111,7 @@ def test_the_paper_probes_run_on_an_imported_model_in_its_own_words(imported, to
     return base(rows)
 
   # the sweep's predictor maps kv rows into the model's tokens; words bypass that map
-  mapping = token_map_lib.for_run(trained.workdir, trained.config)
+  mapping = run_tokens.for_run(trained.workdir, trained.config)
   assert mapping is not None
   context = ProbeContext(trained, loaded_model.MappedPredictor(spy, mapping), "qwen3", (4,))
   words = dict(vocabulary="words", word_seed=5, num_keys=8, num_values=8)
@@ -179,12 +179,12 @@ def test_a_corpus_model_speaks_its_shards_tokenizer_a_plain_kv_run_none(tok, tmp
   ingest.ingest(str(texts / "*.txt"), word_bpe.save(str(tmp_path / "tok.json")), shards,
                 heldout_fraction=0.25, progress=False)
   data = types.SimpleNamespace(task="corpus", path=shards, tokenizer="", heldout_fraction=0.25)
-  found = word_tokens.model_tokenizer("-", types.SimpleNamespace(data=data))
+  found = run_tokens.model_tokenizer("-", types.SimpleNamespace(data=data))
   assert found.hash == tok.hash
   assert word_tokens.single_token_words(found, 1000) == word_tokens.single_token_words(tok, 1000)
   kv = types.SimpleNamespace(data=types.SimpleNamespace(task="kv"),
                              init=types.SimpleNamespace(from_workdir=""))
-  assert word_tokens.model_tokenizer(str(tmp_path), kv) is None  # no pretrained.json
+  assert run_tokens.model_tokenizer(str(tmp_path), kv) is None  # no pretrained.json
 
 
 def test_curated_words_are_keys_or_values_and_the_rest_is_drawn_from_the_others(imported, tok):

@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from chunkformer import checkpointing
+from chunkformer import checkpointing, run_tokens
 from chunkformer import runtime as runtime_lib
 from chunkformer import train_state as state_lib
 from chunkformer import workdir as workdir_lib
@@ -50,8 +50,7 @@ from chunkformer.config import (
 )
 from chunkformer.convert import hf_files
 from chunkformer.convert.hf_files import CheckpointError
-from chunkformer.data import token_map
-from chunkformer.data.token_map import RECORD_FILE, read_record
+from chunkformer.run_tokens import RECORD_FILE, read_record
 
 MODEL_TYPE = "qwen3"
 _UNSUPPORTED_PRESENT = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -266,7 +265,7 @@ def hf_config(model: ModelConfig, base: dict[str, Any] | None = None) -> dict[st
 
 def _check_tokenizer(path: str, vocab_size: int) -> None:
   try:
-    tokenizer = token_map.load_tokenizer(path)
+    tokenizer = run_tokens.load_tokenizer(path)
   except Exception as e:  # noqa: BLE001 -- tokenizers raises bare Exception on a bad file
     raise CheckpointError(f"{path}: not a usable tokenizer.json ({e})") from None
   if tokenizer.vocab_size > vocab_size:

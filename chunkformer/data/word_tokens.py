@@ -10,16 +10,13 @@ sets, so the same tokenizer and seed always give the same sets. The filler is th
 ``FILLER_TEXTS`` that is one token; BOS is the tokenizer's document-start token (the one the
 corpus pipeline puts before every document), if it has one inside the model's vocabulary.
 ``word_ids`` takes a curated list instead (the paper drew animal keys and name values).
-
-``model_tokenizer`` finds the tokenizer a model speaks: the corpus' tokenizer for a model
-trained on task "corpus", else the tokenizer.json an imported checkpoint (or the run it starts
-from) recorded. All ids are the model's own: rows built from them are fed unmapped.
+The tokenizer a run speaks is found by ``chunkformer.run_tokens.model_tokenizer``. All ids are
+the model's own: rows built from them are fed unmapped.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import numpy as np
@@ -127,21 +124,3 @@ def choose(tokenizer: tokenizer_lib.Tokenizer, model_vocab: int, *, seed: int = 
   keys = tuple(sorted(int(i) for i in order[:num_keys]))
   values = tuple(sorted(int(i) for i in order[num_keys:num_keys + num_values]))
   return WordTokens(keys, values, *filler_and_bos(tokenizer, model_vocab))
-
-
-def model_tokenizer(workdir: str, config) -> tokenizer_lib.Tokenizer | None:
-  """The tokenizer whose ids the run in ``workdir`` (with ``config``) speaks, or None: the
-  corpus' for task "corpus", else the tokenizer.json recorded by the imported checkpoint the
-  run is or starts from (``token_map.pretrained_record``)."""
-  if config.data.task == "corpus":
-    from chunkformer.data import feed  # lazy: grain and array_record only for task corpus
-
-    return feed.open_for(config.data.path, config.data.tokenizer,
-                         config.data.heldout_fraction).tokenizer
-  from chunkformer.data import token_map
-
-  found = token_map.pretrained_record(workdir, config)
-  if found is None or not found[1].get("tokenizer"):
-    return None
-  directory, record = found
-  return tokenizer_lib.load(os.path.join(directory, record["tokenizer"]))

@@ -6,7 +6,7 @@
 Each comma-separated run directory is one variant (named by its directory), evaluated as
 trained: the needle shift sweep and the prefix probe on kv rows of the run's ``data`` config,
 spoken in the model's own tokens when it was imported with a tokenizer
-(``chunkformer/data/token_map.py``); offsets and phases count tokens. Nothing is trained.
+(``chunkformer/run_tokens.py``); offsets and phases count tokens. Nothing is trained.
 """
 
 import os

@@ -3,7 +3,7 @@
 The needle shift sweep and the prefix probe build kv rows of abstract ids; for a run that is,
 or starts from, a model imported with a tokenizer, ``adapt`` wraps the predictor so that rows
 go in as the model's token ids and predictions come back as kv ids
-(``chunkformer/data/token_map.py``). Offsets and phases stay counted in tokens. Rows already
+(``chunkformer/run_tokens.py``). Offsets and phases stay counted in tokens. Rows already
 in the model's own ids (the lookup probes' ``words`` vocabulary) take ``unmapped``.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunkformer.data import token_map as token_map_lib
+from chunkformer import run_tokens
 from chunkformer.evaluation.probes import trained as trained_lib
 
 
 class MappedPredictor:
   """A ``trained.Predictor`` over kv rows for a model that speaks its tokenizer's ids."""
 
-  def __init__(self, predictor: trained_lib.Predictor, token_map: token_map_lib.TokenMap):
+  def __init__(self, predictor: trained_lib.Predictor, token_map: run_tokens.TokenMap):
     self.predictor, self.token_map = predictor, token_map
 
   def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -30,7 +30,7 @@ class MappedPredictor:
 
 def adapt(trained: trained_lib.TrainedModel, predictor: trained_lib.Predictor):
   """``predictor``, mapped through the model's tokenizer if it was loaded with one."""
-  mapping = token_map_lib.for_run(trained.workdir, trained.config)
+  mapping = run_tokens.for_run(trained.workdir, trained.config)
   return predictor if mapping is None else MappedPredictor(predictor, mapping)
 
 

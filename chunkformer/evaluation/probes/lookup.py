@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer import run_tokens
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import long_needle, lookup_task, matched_positions, word_tokens
@@ -92,7 +93,7 @@ def _words(context: ProbeContext, given: dict[str, Any], word_seed: int, num_key
   """keys, values, filler, bos in the model's own words: ``given`` keys or values as words
   (strings) or ids, the rest drawn from its tokenizer's single-token words."""
   trained = context.trained
-  tokenizer = word_tokens.model_tokenizer(trained.workdir, trained.config)
+  tokenizer = run_tokens.model_tokenizer(trained.workdir, trained.config)
   if tokenizer is None:
     raise ValueError(f"vocabulary: 'words' needs a model that speaks a tokenizer (an imported "
                      f"checkpoint with tokenizer.json, or a corpus model); the run in "

@@ -26,10 +26,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkformer import eviction
+from chunkformer import eviction, run_tokens
 from chunkformer.config_sections.errors import ConfigError, one_of
 from chunkformer.data import long_needle, lookup_task
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import evicting, loaded_model, lookup
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
 from chunkformer.eviction import prune
@@ -101,7 +100,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
   trained = context.trained
   prune.check_model(trained.config.model)
   # task rows go through a loaded model's token map, words are its own ids already
-  mapping = (token_map_lib.for_run(trained.workdir, trained.config)
+  mapping = (run_tokens.for_run(trained.workdir, trained.config)
              if vocabulary == lookup.TASK else None)
 
   def predictor(policy: eviction.Policy, spec) -> Any:

@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer import eviction
+from chunkformer import eviction, run_tokens
 from chunkformer.config_sections.errors import ConfigError, one_of
 from chunkformer.data import kv
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import evicting, loaded_model, needle_sweep
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
@@ -124,7 +123,7 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
                                       seed=context.seed)
   sweeps = needle_sweep.build(config.data, spec)
   lengths = {s.name: prompt_length(s, config.data, prompt_end) for s in sweeps}
-  mapping = token_map_lib.for_run(context.trained.workdir, config)
+  mapping = run_tokens.for_run(context.trained.workdir, config)
   for _, policy in chosen:  # every budget checked against every prompt before any prediction
     for length in set(lengths.values()):
       policy.tokens(length)

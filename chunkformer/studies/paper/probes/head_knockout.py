@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from chunkformer import run_tokens
 from chunkformer.config import ConfigError
 from chunkformer.data import lookup_task
-from chunkformer.data import token_map as token_map_lib
 from chunkformer.evaluation.probes import lookup as lookup_probe
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import Figure, ProbeContext, ProbeResult
@@ -60,7 +60,7 @@ class Knockout:
     if m.scan_layers:
       raise ValueError("head_knockout reads unscanned models (model.scan_layers = False)")
     self.layers, self.heads, self.dim = m.num_layers, m.num_heads, m.head_dim
-    self.token_map = token_map_lib.for_run(trained.workdir, trained.config) if mapped else None
+    self.token_map = run_tokens.for_run(trained.workdir, trained.config) if mapped else None
     model = trained.runtime.model
 
     def forward(params, inputs, positions, segment_ids, means_LxHxD, mask_LxH):

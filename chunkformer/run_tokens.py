@@ -1,4 +1,8 @@
-"""The kv task spoken in a loaded model's tokens: one token string per abstract kv token.
+"""A run directory's tokens: the kv task spoken in a loaded model's tokens, and the tokenizer
+a run speaks (``model_tokenizer``). It reads run directories (``pretrained.json``, the run's
+config), so it sits beside ``workdir`` and ``config``, above ``data/``.
+
+The kv task in a loaded model's tokens: one token string per abstract kv token.
 
 The kv task (``chunkformer/data/kv.py``) draws rows from an abstract alphabet (PAD, BOS, QUERY,
 filler, key/value symbols). A model imported with a tokenizer (``qwen3.py`` records it in
@@ -13,6 +17,9 @@ batches of a run started from such a model (``init.from_workdir``) are mapped th
 task is mapped: other tasks feed their own ids, as they did in training.
 
 Tokenizers load through ``chunkformer.data.tokenizer`` (the corpus pipeline's loader).
+``model_tokenizer`` gives the tokenizer whose ids a run speaks: the corpus' tokenizer for a
+model trained on task "corpus", else the tokenizer.json an imported checkpoint (or the run it
+starts from) recorded.
 """
 
 from __future__ import annotations
@@ -136,3 +143,19 @@ def for_run(workdir: str, config: Config) -> TokenMap | None:
                             for k, v in (record.get("token_strings") or {}).items()})
   tokenizer = load_tokenizer(os.path.join(directory, record["tokenizer"]))
   return TokenMap.build(tokenizer, strings, config.data, config.model.vocab_size)
+
+
+def model_tokenizer(workdir: str, config) -> tokenizer_lib.Tokenizer | None:
+  """The tokenizer whose ids the run in ``workdir`` (with ``config``) speaks, or None: the
+  corpus' for task "corpus", else the tokenizer.json recorded by the imported checkpoint the
+  run is or starts from (``pretrained_record``)."""
+  if config.data.task == "corpus":
+    from chunkformer.data import feed  # lazy: grain and array_record only for task corpus
+
+    return feed.open_for(config.data.path, config.data.tokenizer,
+                         config.data.heldout_fraction).tokenizer
+  found = pretrained_record(workdir, config)
+  if found is None or not found[1].get("tokenizer"):
+    return None
+  directory, record = found
+  return tokenizer_lib.load(os.path.join(directory, record["tokenizer"]))
