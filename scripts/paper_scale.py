@@ -70,7 +70,7 @@ def commands(workdir: str, names: list[str], plan: dict[str, dict], devices: int
     for seed in range(seeds_of(run, replicated_seeds)):
       run_dir = os.path.join(workdir, f"{run}_seed{seed}")
       dirs.append(run_dir)
-      out.append([sys.executable, "train.py", "--config", f"configs/paper/{run}.py:paper",
+      out.append([sys.executable, "train.py", "--config", runs.source(run, "paper"),
                   "--workdir", run_dir, f"--config.seed={seed}",
                   "--config.model.scan_layers=false",
                   f"--config.train.grad_accum_steps={accum}", *extra])

@@ -159,7 +159,7 @@ def test_the_paper_protocol_sweep_config_enables_every_new_probe():
   paper_probes = {"lookup", "long_needle", "gate_concentration", "gate_cycling", "head_knockout"}
   assert paper_probes <= set(settings.probes) <= set(probe_registry.PROBES)
   assert set(settings.probes) - paper_probes == {"needle_sweep", "prefix_probe", "slot_gain"}
-  assert config.variants.w8s8_1kv.config == "configs/paper/w8s8_1kv.py"
+  assert config.variants.w8s8_1kv.config == "configs/paper/run.py:w8s8_1kv"
   assert config.variants.my_run.checkpoint == "runs/my_run"
   with pytest.raises(ValueError, match="name paper runs or run directories"):
     paper_protocol.get_config()

@@ -1,4 +1,5 @@
-"""configs/paper/: one config per run of the study's pretraining sweep, at two sizes."""
+"""configs/paper/run.py: one config for every run of the study's pretraining sweep, chosen by
+its argument (run and size)."""
 
 import glob
 import importlib.util
@@ -34,13 +35,34 @@ def _load_file(path, arg=None):
   return module.get_config() if arg is None else module.get_config(arg)
 
 
-def test_every_run_has_its_file_and_every_file_is_a_run():
-  files = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PAPER_DIR, "*.py"))}
-  assert files - {"__init__", "runs"} == set(runs.RUNS)
-  for run in runs.RUNS:
-    path = os.path.join(PAPER_DIR, f"{run}.py")
-    assert _load_file(path).to_dict() == runs.get_run_config(run, "cpu").to_dict()
-    assert _load_file(path, "paper").to_dict() == runs.get_run_config(run, "paper").to_dict()
+# Every run of the paper's table by name: the configs/paper/<run>.py files these replaced.
+PAPER_RUNS = (
+    "full_1kv", "full_4kv", "full_8kv", "w12s12_1kv", "w4s4_1kv", "w8s4_1kv",
+    "w8s4_dsv4_kernel", "w8s4_dsv4_kernel_scalar", "w8s6_1kv", "w8s8_1kv",
+    "w8s8_1kv_no_gate_bias", "w8s8_1kv_no_qk_norm", "w8s8_1kv_nope", "w8s8_1kv_rope16",
+    "w8s8_1kv_tail", "w8s8_1kv_tied_kv", "w8s8_1kv_uniform",
+    "w8s8_1kv_uniform_tied_kv_post_norm", "w8s8_1kv_vector", "w8s8_2kv", "w8s8_4kv",
+    "w8s8_8kv", "w8s8_8kv_tail")
+
+
+def test_every_paper_run_name_resolves_through_the_one_config_at_each_size():
+  assert set(runs.RUNS) == set(PAPER_RUNS)
+  path = os.path.join(PAPER_DIR, "run.py")
+  assert {os.path.basename(p) for p in glob.glob(os.path.join(PAPER_DIR, "*.py"))} == {
+      "__init__.py", "runs.py", "run.py"}
+  for run in PAPER_RUNS:
+    assert runs.source(run) == f"configs/paper/run.py:{run}"
+    assert _load_file(path, run).to_dict() == runs.get_run_config(run, "cpu").to_dict()
+    for size in runs.SIZES:
+      assert (_load_file(path, f"{run},{size}").to_dict()
+              == runs.get_run_config(run, size).to_dict())
+
+
+@pytest.mark.parametrize("arg, match", [("", "needs its run"), ("w8s8_9kv", "paper run 'w8s8_9kv'"),
+                                        ("w8s8_1kv,huge", "config argument 'huge'")])
+def test_a_bad_paper_run_argument_names_the_problem(arg, match):
+  with pytest.raises(ValueError, match=match):
+    _load_file(os.path.join(PAPER_DIR, "run.py"), arg)
 
 
 @pytest.mark.parametrize("run", sorted(runs.RUNS))
@@ -87,7 +109,7 @@ def test_records_name_the_compressor():
   # defaults (every committed record's compressor) they are not written, so older files read
   # back, and rejudge, unchanged.
   def setup(run, config):
-    return unit.describe(sweep_config.Variant(run, f"configs/paper/{run}.py", {}, config,
+    return unit.describe(sweep_config.Variant(run, runs.source(run), {}, config,
                                               "/nonexistent", True))
 
   paper = setup("w8s6_1kv", _config("w8s6_1kv", "tiny"))

@@ -81,7 +81,7 @@ def test_the_paper_scale_command_trains_every_run_and_seed_then_evaluates_them()
   assert "--config.train.grad_accum_steps=16" in by_dir["W/full_8kv_seed0"]
   assert all("--config.model.scan_layers=false" in c and c[-1] == "--config.data.path=D"
              for c in train)
-  assert "configs/paper/w8s8_1kv.py:paper" in by_dir["W/w8s8_1kv_seed1"]
+  assert "configs/paper/run.py:w8s8_1kv,paper" in by_dir["W/w8s8_1kv_seed1"]
   assert "--config.seed=1" in by_dir["W/w8s8_1kv_seed1"]
   assert evaluate[-2:] == ["--workdir", "W/protocol"]
   assert evaluate[3] == "configs/sweeps/paper_protocol.py:" + ",".join(dirs)

@@ -52,7 +52,7 @@ def get_config(names: str = ""):
   if unknown:
     raise ValueError(f"config argument: {unknown} are not paper runs; expected a size "
                      f"({', '.join(SETTINGS)}) first, then runs of {', '.join(runs.RUNS)}")
-  variants = {name: variant(f"configs/paper/{name}.py:{size}") for name in names or RUNS}
+  variants = {name: variant(runs.source(name, size)) for name in names or RUNS}
   overrides = {"data.seq_len": seq_len, "mesh.context": context,
                "model.attention.implementation": "xla", **shared}
   probes = {

@@ -144,3 +144,9 @@ def get_run_config(run: str, size: str = "cpu"):
     fields["model.rope_dims"] = fields.pop("rope_of_128") * c.model.head_dim // PAPER_HEAD_DIM
   c.update_from_flattened_dict(fields)
   return c
+
+
+def source(run: str, size: str = "") -> str:
+  """The ``--config`` value that trains ``run`` at ``size`` (default: the config's, ``cpu``):
+  the one paper config, ``configs/paper/run.py``, with its argument."""
+  return f"configs/paper/run.py:{run}" + (f",{size}" if size else "")

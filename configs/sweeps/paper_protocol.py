@@ -12,7 +12,7 @@ gate cycling (W = S models) and KV-head knockouts, as probes of one sweep.
 unit trains ``CPU_STEPS`` steps on the lookup task; add ``--shard=i/n`` to train and evaluate
 a share of the units (``eval.py --merge`` joins them).
 
-Each comma-separated name is a run of the paper's sweep (``configs/paper/<run>.py``, trained
+Each comma-separated name is a run of the paper's sweep (``configs/paper/run.py:<run>``, trained
 at its CPU size unless the workdir holds it finished already) or a finished run directory
 (evaluated as it is, like ``loaded.py``). Rows are each model's ``data.seq_len`` tokens long;
 the paper's 128K long needle setting is ``--config.sweep.probes.long_needle.spread=...`` on a
@@ -65,7 +65,7 @@ def cpu_study():
                      "run (results/paper_protocol/PLAN.md, section 2); it is not set yet")
   steps = {"train.steps": CPU_STEPS, "train.warmup_steps": round(CPU_STEPS / 30),
            "train.eval_every": CPU_STEPS, "train.checkpoint_every": CPU_STEPS}
-  units = seeded_units({name: (variant(f"configs/paper/{name}.py", steps), n)
+  units = seeded_units({name: (variant(runs.source(name), steps), n)
                         for name, n in CPU_UNITS.items()})
   return sweep_config(units, name="paper_protocol", eval_batch_size=32, reference_chunk_size=8,
                       probes=dict(CPU_PROBES), plan="results/paper_protocol/PLAN.md")
@@ -80,7 +80,7 @@ def get_config(names: str = ""):
   variants = {}
   for name in names.split(","):
     if name in runs.RUNS:
-      variants[name] = variant(f"configs/paper/{name}.py")
+      variants[name] = variant(runs.source(name))
     else:
       variants[os.path.basename(os.path.normpath(name))] = variant(checkpoint=name)
   # The built-in needle sweep and prefix probe stay on: they give each unit its primary analysis.
