@@ -26,6 +26,7 @@ from absl import app, flags
 from chunkformer import cli, run_lock, studies
 from chunkformer import heldout as heldout_lib
 from chunkformer.config import ConfigError
+from chunkformer.evaluation.records.reading import UnreadableFile
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import run as sweep
 from chunkformer.evaluation.sweep import shards
@@ -85,7 +86,7 @@ def main(argv):
                         "configs/sweeps/<name>.py")
     result = heldout_lib.evaluate_checkpoint(_WORKDIR.value, _EVAL_BATCHES.value,
                                           allow_unfinished=_ALLOW_UNFINISHED.value)
-  except (ConfigError, sweep.Interrupted, run_lock.Locked) as e:
+  except (ConfigError, UnreadableFile, sweep.Interrupted, run_lock.Locked) as e:
     raise SystemExit(cli.one_line_error(e)) from None
   print(json.dumps(result, indent=2, sort_keys=True))
 

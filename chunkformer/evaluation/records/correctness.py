@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from chunkformer.evaluation.records import reading
+
 DIRECTORY = "correct"
 PREFIX = "prefix"  # the prefix probe's matrix
 NEEDLE = "needle_"  # + depth name: the needle shift sweep's matrix at that depth
@@ -80,15 +82,27 @@ def save_arrays(path: str, arrays: Mapping[str, np.ndarray]) -> str:
   return path
 
 
+_PARTS = ("correct_YxJ", "offsets_J", "phases_YxJ")
+
+
+def _matrix_names(names: list[str]) -> str:
+  """What is wrong with a correctness file's array names ("" when nothing)."""
+  foreign = [n for n in names if "." not in n or n.rsplit(".", 1)[1] not in _PARTS]
+  if foreign:
+    return f"arrays {', '.join(foreign[:3])} are no matrix's (<name>.correct_YxJ, ...)"
+  lacking = sorted(base for base in {n.rsplit(".", 1)[0] for n in names}
+                   if f"{base}.correct_YxJ" not in names or f"{base}.offsets_J" not in names)
+  return f"matrices {', '.join(lacking)} lack correct_YxJ or offsets_J" if lacking else ""
+
+
 def load(path: str) -> dict[str, Matrix]:
-  """The matrices of one variant file (name -> Matrix; outcomes as float64)."""
-  with np.load(path) as data:
-    names = sorted({key.rsplit(".", 1)[0] for key in data.files})
-    return {name: Matrix(data[f"{name}.correct_YxJ"].astype(np.float64),
-                         data[f"{name}.offsets_J"],
-                         data[f"{name}.phases_YxJ"] if f"{name}.phases_YxJ" in data.files
-                         else None)
-            for name in names}
+  """The matrices of one variant file (name -> Matrix; outcomes as float64);
+  ``reading.UnreadableFile`` names the file for a truncated or foreign one."""
+  data = reading.npz_arrays(path, "a correctness file", _matrix_names)
+  names = sorted({key.rsplit(".", 1)[0] for key in data})
+  return {name: Matrix(data[f"{name}.correct_YxJ"].astype(np.float64), data[f"{name}.offsets_J"],
+                       data.get(f"{name}.phases_YxJ"))
+          for name in names}
 
 
 def loader(workdir: str) -> Loader:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records import correctness, reading
 from chunkformer.evaluation.stats import loss_phase
 
 DIRECTORY = "lm_loss"  # DIR/lm_loss/<unit>.npz: the per-token rows of each unit
@@ -51,10 +51,15 @@ def save(path: str, rows: Rows) -> str:
                                         "bytes_NxT": np.asarray(rows.bytes_NxT).astype(np.uint8)})
 
 
+_ARRAYS = ["bytes_NxT", "loss_NxT", "mask_NxT"]
+
+
 def load(path: str) -> Rows:
-  with np.load(path) as data:
-    return Rows(data["loss_NxT"], data["mask_NxT"].astype(np.float64),
-                data["bytes_NxT"].astype(np.float64))
+  """One unit's stored rows; ``reading.UnreadableFile`` names a truncated or foreign file."""
+  data = reading.npz_arrays(path, "a loss-rows file", lambda names: (
+      "" if names == _ARRAYS else f"arrays {', '.join(names)}, not {', '.join(_ARRAYS)}"))
+  return Rows(data["loss_NxT"], data["mask_NxT"].astype(np.float64),
+              data["bytes_NxT"].astype(np.float64))
 
 
 def loader(workdir: str):

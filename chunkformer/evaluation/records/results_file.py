@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkformer import workdir as workdir_lib
+from chunkformer.evaluation.records import reading
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 
@@ -73,10 +74,15 @@ def _plain(value: Any) -> Any:
   return value
 
 
+WHAT = "a sweep's results.json"
+REQUIRED = ("sweep", "command", "date", "settings", "verdicts", "variants")
+
+
 def load(path: str) -> SweepResults:
-  """Reads a results.json (either schema version)."""
-  with open(path, encoding="utf-8") as f:
-    return SweepResults.from_json(json.load(f))
+  """Reads a results.json (any readable schema version); ``reading.UnreadableFile`` names the
+  file for a truncated or foreign one."""
+  data = reading.json_object(path, WHAT, REQUIRED)
+  return reading.parsed(path, WHAT, lambda: SweepResults.from_json(data))
 
 
 def dumps(results: SweepResults) -> str:

@@ -35,7 +35,7 @@ from chunkformer import provenance, run_lock, trainer
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.probes import trained as trained_lib
-from chunkformer.evaluation.records import correctness, loss_rows, results_file
+from chunkformer.evaluation.records import correctness, loss_rows, reading, results_file
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import outputs, probe_settings, shards, unit
@@ -234,8 +234,7 @@ def merged_entries(workdir: str) -> dict[str, dict]:
   path = os.path.join(workdir, RESULTS_FILE)
   if not os.path.exists(path):
     return {}
-  with open(path, encoding="utf-8") as f:
-    results = json.load(f)
+  results = reading.json_object(path, results_file.WHAT, ("variants",))
   settings = results.get("settings") or {}
   return {entry["name"]: {"sweep_settings": settings, "record": entry}
           for entry in results.get("variants", [])}
@@ -249,8 +248,7 @@ def stored_record(sweep: sweep_config.Sweep, variant: sweep_config.Variant, work
   """
   path = record_path(workdir, variant.name)
   if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      stored = json.load(f)
+    stored = reading.json_object(path, "a unit's sweep record", ("sweep_settings", "record"))
   elif merged and variant.name in merged:
     stored = merged[variant.name]
   else:
