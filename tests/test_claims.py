@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from chunkformer.evaluation.claims import combine as claims
 from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.analysis_types import Interval, PrefixAnalysis
+from chunkformer.studies.needles.claims import combine as claims
 from chunkformer.studies.needles.claims import entries, judgments
 
 BASE = stats.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,

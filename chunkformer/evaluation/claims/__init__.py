@@ -3,9 +3,9 @@
 ``judge`` (judging.py) is the judging step: records and stored matrices in; the claims of
 ``CLAIMS`` (registry.py, filled by the studies, ``chunkformer.studies``), the verdict lines,
 the seed-pooled records (seed_pooling.py) and the statistics of the report's tables out.
-standards.py holds the gates and the "no period" rule every study shares, combine.py applies
-the one seed rule (``stats.seed_rule``) over a variant's judgments, plan_check.py flags units
-trained under another plan. The verdict words are ``stats.seed_rule``'s, re-exported here.
+standards.py holds the gates and the "no period" rule every study shares (the seed rule and
+the common verdict over parts are ``stats.seed_rule``'s), plan_check.py flags units trained
+under another plan. The verdict words are ``stats.seed_rule``'s, re-exported here.
 """
 
 from chunkformer.evaluation.claims.judging import Judged, judge

@@ -63,7 +63,7 @@ def flag_lines(judged: Sequence[Any], pooled_judged: Sequence[Any] | None,
 
 def flag_claims(claims: Sequence[Claim], judged: Sequence[Any],
                 records: Sequence[VariantRecord], found: Mapping[str, str]) -> list[Claim]:
-  """The claims with the plan flags of the units their judgments rest on (C1-C9)."""
+  """The claims with the plan flags of the units their judgments rest on."""
   if not found:
     return list(claims)
   out = []

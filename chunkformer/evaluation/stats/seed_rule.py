@@ -15,7 +15,7 @@ with 2 or 3 seeds, as it should be.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -129,3 +129,19 @@ def seed_interval(values_N, confidence: float = 0.95) -> Estimate:
   half = float(scipy_stats.t.ppf(0.5 + confidence / 2, values.size - 1)
                * values.std(ddof=1) / np.sqrt(values.size))
   return Estimate(mean, mean - half, mean + half)
+
+
+def common_verdict(verdicts: Mapping[str, str], what: str) -> tuple[str, str]:
+  """One verdict over several parts (variants, needle lengths): the common verdict of the
+  parts that decide it (the undecided ones noted), INCONCLUSIVE when they disagree or none
+  decides. Returns (verdict, note); the note is empty when every part agrees."""
+  decided = {name: v for name, v in verdicts.items() if v != INCONCLUSIVE}
+  found = sorted(set(decided.values()))
+  if len(found) == 1:
+    undecided = len(verdicts) - len(decided)
+    return found[0], (f"{undecided} of the {len(verdicts)} {what} undecided" if undecided
+                      else "")
+  if not found:
+    return INCONCLUSIVE, f"none of the {what} decides it"
+  return INCONCLUSIVE, f"the {what} disagree (" + ", ".join(
+      f"{name}: {v}" for name, v in sorted(decided.items())) + ")"

@@ -1,8 +1,8 @@
 """The files a finished sweep writes: ``results.json``, ``report.md`` and the plots.
 
 ``write(sweep, DIR, records, ...)`` has the records judged (``claims.judge``: verdict lines,
-seed-pooled tests, the studies' claims and their tables' statistics, all recomputable from DIR: the
-correctness matrices, stored slot gains and LM loss rows) and writes ``DIR/results.json``
+seed-pooled tests, the studies' claims and their tables' statistics, all recomputable from DIR:
+the correctness matrices, stored slot gains and LM loss rows) and writes ``DIR/results.json``
 (``results_file``), ``DIR/report.md`` (``report``: comparison table, claims, verdicts, the
 probes' tables and each study's sections) and the figures under ``DIR/plots/``. ``run``
 decides which records are current.

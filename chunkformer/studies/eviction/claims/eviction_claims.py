@@ -3,7 +3,7 @@
 Read from the ``eviction_needles`` probe's correctness matrices (``eviction_data``); a group is
 one policy at one depth on one model variant, judged per seed and seed-pooled, then by the one
 seed rule (``stats.seed_rule``: at least min(2, n) seeds AND the pooled test); over groups the
-common verdict of those that decide (``combine.common_verdict``). A seed whose model misses
+common verdict of those that decide (``seed_rule.common_verdict``). A seed whose model misses
 ``eviction_data.MODEL_ACCURACY`` before eviction is undecided. Holm within each claim over its
 seed-pooled tests; the per-seed tests stay at their own level (as for C1-C9).
 
@@ -28,11 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chunkformer import eviction
-from chunkformer.evaluation.claims import combine, standards
+from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import number
 from chunkformer.evaluation.stats.holm import holm
-from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, SeedAgreement, seed_agreement
+from chunkformer.evaluation.stats.seed_rule import (
+  INCONCLUSIVE,
+  SeedAgreement,
+  common_verdict,
+  seed_agreement,
+)
 from chunkformer.studies.eviction.claims import eviction_data as data
 from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
 
@@ -84,7 +89,7 @@ def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome
     numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
                      "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
                      "seed_rule": rules[name].record()}
-  verdict, note = combine.common_verdict({n: r.verdict for n, r in rules.items()},
+  verdict, note = common_verdict({n: r.verdict for n, r in rules.items()},
                                          "policy configurations")
   counted = [r for r in rules.values() if verdict == INCONCLUSIVE or r.verdict == verdict]
   agree = sum(r.holds if verdict == INCONCLUSIVE else r.agreeing_seeds for r in counted)

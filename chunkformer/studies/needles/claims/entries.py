@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from chunkformer.evaluation.claims import combine, plan_check
+from chunkformer.evaluation.claims import plan_check
 from chunkformer.evaluation.claims.registry import ClaimFunction, Evidence, Judging
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.studies.needles.claims import (
-    judgments,
-    multiplicity,
-    slot_preference,
-    step_size,
-    summaries,
+  combine,
+  judgments,
+  multiplicity,
+  slot_preference,
+  step_size,
+  summaries,
 )
 
 STUDY = "needles"

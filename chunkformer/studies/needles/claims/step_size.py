@@ -22,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation.claims import combine
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
-from chunkformer.studies.needles.claims import judgments
+from chunkformer.studies.needles.claims import combine, judgments
 from chunkformer.studies.needles.stats import paired_gap
 
 Loader = correctness.Loader

@@ -17,11 +17,15 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from chunkformer.evaluation.claims import plan_check
-from chunkformer.evaluation.claims.combine import common_verdict
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value, percent
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from chunkformer.evaluation.stats.seed_rule import (
+  INCONCLUSIVE,
+  NOT_REPRODUCED,
+  REPRODUCED,
+  common_verdict,
+)
 from chunkformer.studies.paper.claims import paper_rows as pr
 from chunkformer.studies.paper.stats import cycling
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from chunkformer.evaluation.claims.combine import common_verdict
 from chunkformer.evaluation.claims.plan_check import flag
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value
@@ -28,6 +27,7 @@ from chunkformer.evaluation.stats.seed_rule import (
   INCONCLUSIVE,
   REPRODUCED,
   SeedAgreement,
+  common_verdict,
   seed_agreement,
 )
 from chunkformer.studies.paper.stats import residue_period
@@ -154,7 +154,7 @@ def seed_rule(holds_per_seed: Sequence[bool | None], pooled: bool | None) -> See
 
 
 def agreeing(rules: Mapping[str, SeedAgreement], verdict: str) -> str:
-  """seeds_agreeing as C1-C9 count it (``combine.from_judgments``)."""
+  """seeds_agreeing as the needle study counts it (its ``combine.from_judgments``)."""
   if verdict == INCONCLUSIVE:
     return f"{sum(r.holds for r in rules.values())}/{sum(r.seeds for r in rules.values())}"
   counted = [r for r in rules.values() if r.verdict == verdict]

@@ -24,13 +24,14 @@ TESTED").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.stats.seed_rule import (
   INCONCLUSIVE,
   SeedAgreement,
+  common_verdict,
   seed_agreement,
 )
 
@@ -65,22 +66,6 @@ def _fold(judgments: Sequence[Any]) -> bool | None:
   """Several judgments of one model: fails if one fails, holds if one holds, else undecided."""
   found = [j.holds for j in judgments]
   return False if False in found else True if True in found else None
-
-
-def common_verdict(verdicts: Mapping[str, str], what: str) -> tuple[str, str]:
-  """One verdict over several parts (variants, needle lengths): the common verdict of the
-  parts that decide it (the undecided ones noted), INCONCLUSIVE when they disagree or none
-  decides. Returns (verdict, note); the note is empty when every part agrees."""
-  decided = {name: v for name, v in verdicts.items() if v != INCONCLUSIVE}
-  found = sorted(set(decided.values()))
-  if len(found) == 1:
-    undecided = len(verdicts) - len(decided)
-    return found[0], (f"{undecided} of the {len(verdicts)} {what} undecided" if undecided
-                      else "")
-  if not found:
-    return INCONCLUSIVE, f"none of the {what} decides it"
-  return INCONCLUSIVE, f"the {what} disagree (" + ", ".join(
-      f"{name}: {v}" for name, v in sorted(decided.items())) + ")"
 
 
 def _variant(judgment) -> str:
