@@ -63,3 +63,12 @@ def test_the_check_sees_a_report_calling_into_the_claims(tmp_path):
       ("chunkformer.evaluation.report.toy", "chunkformer.evaluation.stats.holm.holm"),
       ("chunkformer.evaluation.report.toy",
        "chunkformer.evaluation.claims.seed_pooling.pooled_records")}
+
+
+def test_report_modules_read_no_probe_module_but_the_protocol_types():
+  # A probe's record is read through its typed record (records/), never the probe's module.
+  graph = test_imports._graph(test_imports._modules())
+  found = {(m, t) for m, targets in graph.items() if test_imports._layer(m) == "report"
+           for t in targets if test_imports._layer(t) == "probes"
+           and t not in ("chunkformer.evaluation.probes", "chunkformer.evaluation.probes.base")}
+  assert not found, f"report modules importing probe modules: {sorted(found)}"

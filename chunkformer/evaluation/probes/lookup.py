@@ -23,7 +23,6 @@ Rows are the model's ``data.seq_len`` tokens long.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,34 +36,12 @@ from chunkformer.evaluation import stats
 from chunkformer.evaluation.probes import loaded_model
 from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.residue_test import ResidueTest
 from chunkformer.evaluation.stats import residue_accuracy
 
 DEFAULT = "default"  # BOS option: the vocabulary's own BOS token
 TASK, WORDS = "task", "words"  # the ``vocabulary`` option (module docstring)
 VOCABULARIES = (TASK, WORDS)
-
-
-@dataclasses.dataclass(frozen=True)
-class ResidueTest:
-  """One probe's result: accuracy by residue per padding mode (``modes``)."""
-
-  test: str  # "lookup" | "long_needle"
-  seq_len: int
-  modulus: int
-  stride: int | None
-  prompts_per_residue: int
-  validation_loss: float | None  # the run's held-out loss at its last step, if recorded
-  modes: dict[str, residue_accuracy.ResidueAccuracy]
-  settings: dict[str, Any]  # the task fields used (records, demonstrations, key length, ...)
-
-  def to_record(self) -> dict[str, Any]:
-    """JSON-ready (tuples as lists), equal to what results.json reads back."""
-    return json.loads(json.dumps(dataclasses.asdict(self)))
-
-  @classmethod
-  def from_record(cls, record: Mapping[str, Any]) -> ResidueTest:
-    return cls(**dict(record, modes={k: residue_accuracy.ResidueAccuracy.from_record(v)
-                                     for k, v in record["modes"].items()}))
 
 
 def validation_loss(workdir: str) -> float | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkformer.evaluation.probes.lookup import ResidueTest
 from chunkformer.evaluation.records.formatting import percent
+from chunkformer.evaluation.records.residue_test import ResidueTest
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.studies.paper.records import published
 
