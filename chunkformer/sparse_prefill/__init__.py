@@ -9,7 +9,8 @@
   useful-FLOP and kernel-work fractions;
 - ``plan.py``: a pattern per query head of every full layer (``Plan``), its attention through
   ``kernels.block_sparse_attention``;
-- ``search.py``: the offline per-head search on calibration prompts.
+- ``search.py``: the offline per-head search on calibration prompts (import it as
+  ``chunkformer.sparse_prefill.search``: it runs ``decode``, which imports this package).
 Settings against MInference's published defaults: docs/sparse_prefill.md.
 """
 
