@@ -167,9 +167,10 @@ def block_sparse_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, blocks_BxHxNxS, coun
          column_keep_BxHxNxV, block)
   b, t, h, d = q_BxTxHxD.shape
   scale = d**-0.5 if scale is None else float(scale)
-  keep = exclusive_columns(blocks_BxHxNxS, counts_BxHxN, columns_BxHxV, column_keep_BxHxNxV,
-                           block)
-  keep = keep & (columns_BxHxV < t)[:, :, None, :]
+  keep = column_keep_BxHxNxV
+  if columns_BxHxV.shape[-1]:  # no columns: no N x N bitmap to build
+    keep = exclusive_columns(blocks_BxHxNxS, counts_BxHxN, columns_BxHxV, keep, block)
+    keep = keep & (columns_BxHxV < t)[:, :, None, :]
   counts = jnp.minimum(counts_BxHxN, blocks_BxHxNxS.shape[-1]).astype(jnp.int32)
   n = counts.shape[-1]
   pad = n * block - t

@@ -89,7 +89,11 @@ def vertical_slash(q_BxTxHxD: Array, k_BxTxKxD: Array, block: int, vertical: int
   rows = (jnp.arange(b)[:, None, None], jnp.arange(h)[None, :, None])
   hit = hit.at[rows + (offsets // block,)].set(True)
   hit = hit.at[rows + (-(-offsets // block),)].set(True)[..., :n]
-  blocks, counts = from_diagonals(hit, min(n, 2 * min(slash, t)))
+  # Static slots (the XLA path computes every slot): the forced offsets 0 .. F-1 hit the
+  # diagonals 0 .. ceil((F-1)/L), every other line at most two more.
+  forced = min(forced_slash, slash, t)
+  extra = min(slash, t) - forced
+  blocks, counts = from_diagonals(hit, min(n, (max(forced, 1) - 1) // block + 2 + 2 * extra))
   return Index(blocks, counts, columns, jnp.ones((b, h, n, columns.shape[-1]), bool))
 
 
