@@ -17,8 +17,9 @@ Implementations:
   group x L x (S*L + V) per head, never T x T; it computes all S slots (a static shape);
 - ``pallas_gpu`` (Triton, ``block_sparse_gpu``) and ``pallas_tpu`` (Mosaic,
   ``block_sparse_tpu``): one program per (query block, row, head) loops over its ``counts``
-  blocks only, so an unlisted block is neither loaded nor computed; ``interpret=True`` runs them
-  on CPU.
+  blocks only, so an unlisted block is neither loaded nor computed, then over the column chunks
+  up to the last column the block keeps and can see (columns sorted by position);
+  ``interpret=True`` runs them on CPU.
 ``block_sparse_dense`` is the dense oracle (a T x T mask; tests only).
 Forward only: sparse prefill is inference (no custom VJP).
 """
@@ -167,17 +168,20 @@ def block_sparse_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, blocks_BxHxNxS, coun
          column_keep_BxHxNxV, block)
   b, t, h, d = q_BxTxHxD.shape
   scale = d**-0.5 if scale is None else float(scale)
-  keep = column_keep_BxHxNxV
-  if columns_BxHxV.shape[-1]:  # no columns: no N x N bitmap to build
-    keep = exclusive_columns(blocks_BxHxNxS, counts_BxHxN, columns_BxHxV, keep, block)
-    keep = keep & (columns_BxHxV < t)[:, :, None, :]
+  columns, keep = columns_BxHxV, column_keep_BxHxNxV
+  if columns.shape[-1]:  # no columns: no N x N bitmap to build
+    # In position order a query block's visible columns are a prefix: the kernels stop there.
+    order = jnp.argsort(columns, axis=-1)
+    columns = jnp.take_along_axis(columns, order, axis=-1)
+    keep = jnp.take_along_axis(keep, order[:, :, None, :], axis=-1)
+    keep = exclusive_columns(blocks_BxHxNxS, counts_BxHxN, columns, keep, block)
+    keep = keep & (columns < t)[:, :, None, :]
   counts = jnp.minimum(counts_BxHxN, blocks_BxHxNxS.shape[-1]).astype(jnp.int32)
   n = counts.shape[-1]
   pad = n * block - t
   q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in
              (q_BxTxHxD, k_BxTxKxD, v_BxTxKxD))
-  args = (q, k, v, blocks_BxHxNxS.astype(jnp.int32), counts, columns_BxHxV.astype(jnp.int32),
-          keep)
+  args = (q, k, v, blocks_BxHxNxS.astype(jnp.int32), counts, columns.astype(jnp.int32), keep)
   if implementation == "xla":
     o = _xla(*args, block, scale)
   elif implementation == "pallas_gpu":

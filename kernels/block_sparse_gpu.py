@@ -2,9 +2,10 @@
 
 One program per (query block, row, query head). It runs one online softmax over the key blocks
 its index lists (a dynamic-count loop, so an unlisted block is neither loaded nor computed) and
-then over the head's gathered vertical columns in chunks, each column masked by its causal
-position and the query block's keep flag (both folded into one "visible from" position: a
-column not kept gets a position after every query).
+then over the head's gathered vertical columns in chunks up to the last column it keeps and
+can see (columns arrive sorted by position), each column masked by its causal position and the
+query block's keep flag (both folded into one "visible from" position: a column not kept gets a
+position after every query).
 
 Padding: D to a power of two >= 16 and the column count to a power of two >= 16 (Triton's
 tiles); the block list to a power of two with -1 in the unused slots. The query block is the
@@ -86,7 +87,11 @@ def _kernel(blocks_ref, q_ref, k_ref, v_ref, *refs, cfg: _Cfg):
       mask = cvis_ref[rows][None, :] <= t_pos[:, None]
       return _update(carry, _dot_t(q, kc_ref[rows, :]) * cfg.scale, mask, vc_ref[rows, :])
 
-    carry = jax.lax.fori_loop(0, cfg.columns // cfg.chunk, column_body, carry)
+    # Columns come sorted by position: past the last one this block keeps and sees, none is.
+    seen = cvis_ref[...] <= i * bq + bq - 1
+    last = jnp.max(jnp.where(seen, jnp.arange(cfg.columns, dtype=jnp.int32) + 1, 0))
+    carry = jax.lax.fori_loop(0, jax.lax.div(last + cfg.chunk - 1, cfg.chunk), column_body,
+                              carry)
   acc, _, denom = carry
   o_ref[...] = (acc / jnp.where(denom > 0, denom, 1.0)[:, None]).astype(o_ref.dtype)
 
