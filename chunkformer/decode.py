@@ -77,7 +77,7 @@ def _check_eviction(model: Transformer, prompt_len: int, eviction) -> None:
     eviction.tokens(prompt_len)
 
 
-def _check_layout(model: Transformer, prompt_BxT, layout) -> None:
+def _check_layout(model: Transformer, prompt_BxT, layout, sparse=None) -> None:
   """Refuses a prompt the layout's mesh cannot split, and kernels that cannot run split,
   before anything compiles."""
   mesh = layout.mesh
@@ -97,6 +97,9 @@ def _check_layout(model: Transformer, prompt_BxT, layout) -> None:
         raise ValueError(f"model.attention[layer {i}].implementation: "
                          f"{layer.implementation!r} cannot split a prompt over "
                          f"mesh.context={context}; context parallelism runs 'xla'")
+    if sparse is not None and sparse.implementation != "xla":
+      raise ValueError(f"sparse.implementation: {sparse.implementation!r} cannot split a "
+                       f"prompt over mesh.context={context}; context parallelism runs 'xla'")
 
 
 def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
@@ -109,7 +112,7 @@ def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
   sparse = sparse_plan.resolve(model.model, sparse)
   if layout is None:
     return _prefill(model, params, prompt_BxT, max_len, eviction, sparse=sparse)
-  _check_layout(model, prompt_BxT, layout)
+  _check_layout(model, prompt_BxT, layout, sparse)
   rules = sharding_lib.normalize_rules(layout.rules)
   with jax.set_mesh(layout.mesh):
     prompt_BxT = jax.device_put(prompt_BxT, sharding_lib.batch_sharding(layout.mesh, rules))
