@@ -18,7 +18,7 @@ from tests.hf_qwen3 import save_tiny_qwen3
 
 BLOCK, CALIBRATION, PROMPT, TOTAL, B = 8, 48, 40, 46, 2
 CANDIDATES = (AShape(sink=8, local=8),
-              VerticalSlash(vertical=6, slash=6, last_q=8, forced_vertical=2, forced_slash=2),
+              VerticalSlash(vertical=3, slash=2, last_q=8, forced_vertical=1, forced_slash=1),
               BlockSparse(top=2))
 
 
@@ -67,6 +67,8 @@ def test_searched_patterns_match_transformers_masked_the_same_way(tmp_path, monk
   assert len(found.plan.layers) == config.num_layers
   assert all(len(heads) == config.num_heads and set(heads) <= set(CANDIDATES)
              for heads in found.plan.layers)
+  # Heads of one layer read different patterns: the prefill below runs merged indices.
+  assert any(len(set(heads)) > 1 for heads in found.plan.layers)
   # The search's recall is the mass of transformers' own dense attention inside each
   # candidate's index, and every head took its best candidate.
   with torch.no_grad():
@@ -83,6 +85,10 @@ def test_searched_patterns_match_transformers_masked_the_same_way(tmp_path, monk
     chosen = [CANDIDATES.index(p) for p in heads]
     np.testing.assert_array_equal(found.recall_LxHxC[layer, np.arange(len(heads)), chosen],
                                   found.recall_LxHxC[layer].max(-1))
+  cheap = search(model, params, calibration, CANDIDATES, block=BLOCK, max_work=0.7)
+  for layer, heads in enumerate(cheap.plan.layers):
+    chosen = [CANDIDATES.index(p) for p in heads]
+    assert (cheap.work_LxHxC[layer, np.arange(len(heads)), chosen] <= 0.7).all()
 
   tokens = rng.integers(0, 300, (B, TOTAL))
   logits, cache = decode.prefill(model, params, tokens[:, :PROMPT], TOTAL, sparse=found.plan)
