@@ -101,6 +101,9 @@ class Transformer(nn.Module):
                segment_ids_BxT: Array | None = None, train: bool = False,
                decode: bool = False, hidden: bool = False, sparse=None) -> Array:
     m = self.model
+    if sparse is not None and not decode:
+      raise ValueError("sparse prefill (a chunkformer.sparse_prefill Plan) runs with decode=True "
+                       "into an empty cache: use decode.prefill(..., sparse=)")
     dtype = jnp.dtype(m.dtype)
     if positions_BxT is None:
       positions_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)

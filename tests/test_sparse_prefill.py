@@ -165,3 +165,6 @@ def test_plans_that_do_not_fit_are_refused_naming_the_field():
     sp.from_dict({"pattern": "block_sparse", "topk": 3})
   assert sp.from_dict({"pattern": "block_sparse", "top": 3}) == sp.BlockSparse(top=3)
   assert sp.Plan.uniform(config, sp.BlockSparse()).layers[:2] == (None, None)
+  with pytest.raises(ValueError, match="decode=True"):  # a training pass never reads a plan
+    Transformer(config).apply({"params": {}}, jnp.zeros((1, 4), jnp.int32),
+                              sparse=sp.Plan.uniform(config, sp.KeepAll()))
