@@ -12,6 +12,7 @@ import pytest
 from chunkformer import decode
 from chunkformer import sparse_prefill as sp
 from chunkformer.config_sections.errors import ConfigError
+from chunkformer.eviction import SnapKV
 from chunkformer.model import Transformer
 from chunkformer.sparse_prefill import estimate, index, search
 from tests.test_decode import _model, _params, _tokens
@@ -43,6 +44,20 @@ def test_keep_all_prefill_equals_the_dense_prefill_on_every_kind(kind):
   np.testing.assert_array_equal(
       decode.generate(model, params, prompt, STEPS, MAX_LEN, sparse=plan),
       decode.generate(model, params, prompt, STEPS, MAX_LEN))
+
+
+def test_keep_all_then_eviction_equals_eviction_after_a_dense_prefill():
+  config = _model(**KINDS["full"])
+  model = Transformer(config)
+  params = _params(model)
+  prompt = _tokens()[:, :PROMPT]
+  policy = SnapKV(budget=8, window=4, kernel=3)
+  plan = sp.Plan.uniform(config, sp.KeepAll(), block=4)
+  want, want_cache = decode.prefill(model, params, prompt, MAX_LEN, eviction=policy)
+  got, cache = decode.prefill(model, params, prompt, MAX_LEN, eviction=policy, sparse=plan)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0),
+                         cache, want_cache)
 
 
 @pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
