@@ -7,6 +7,7 @@ without importing each other.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 
@@ -27,3 +28,6 @@ class AttentionContext:
   # (attention/load_balance.py; positions and segment ids are reordered with the tokens).
   kv_exchange: str = dataclasses.field(default="all_gather", metadata=dict(static=True))
   load_balanced: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  # Sparse prefill (chunkformer/sparse_prefill): a Plan the full-attention layers read while a
+  # prompt fills an empty cache (decode.prefill(..., sparse=)); None: dense attention.
+  sparse: Any = dataclasses.field(default=None, metadata=dict(static=True))

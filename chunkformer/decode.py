@@ -18,8 +18,12 @@ Inference-time eviction (chunkformer/eviction; full-attention models only): ``ev
 policy prunes every layer's cache once after the prompt's forward pass to the policy's budget;
 decoding continues from the pruned cache, each kept key keeping its position.
 
+Sparse prefill (chunkformer/sparse_prefill): ``sparse=`` a pattern or a per-head Plan makes the
+prompt's full-attention layers attend over estimated sparse index sets; the caches are those
+of a dense prefill.
+
   logits_BxTxV, cache = prefill(model, params, prompt_BxT, max_len[, eviction=SnapKV(budget=64)]
-                                [, layout=runtime])
+                                [, layout=runtime][, sparse=BlockSparse(top=64)])
   logits_BxV, cache = step(model, params, cache, tokens_Bx1)
   tokens_BxN = generate(model, params, prompt_BxT, num_tokens[, eviction=...])
 """
@@ -40,6 +44,7 @@ from chunkformer.config import ModelConfig
 from chunkformer.eviction import prune
 from chunkformer.kvcache import full as full_cache
 from chunkformer.model import Transformer
+from chunkformer.sparse_prefill import plan as sparse_plan
 
 Array = jax.Array
 
@@ -55,10 +60,11 @@ def cache_index(cache: dict) -> Array:
   return cache["block_0"]["attn"]["state"]["index"]
 
 
-def _apply(model: Transformer, params, cache: dict, tokens_BxT: Array, start) -> tuple[Array, dict]:
+def _apply(model: Transformer, params, cache: dict, tokens_BxT: Array, start,
+           sparse=None) -> tuple[Array, dict]:
   positions = jnp.broadcast_to(start + jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
   logits, mutated = model.apply({"params": params, "cache": cache}, tokens_BxT, positions,
-                                decode=True, mutable=["cache"])
+                                decode=True, sparse=sparse, mutable=["cache"])
   return logits, mutated["cache"]
 
 
@@ -71,7 +77,7 @@ def _check_eviction(model: Transformer, prompt_len: int, eviction) -> None:
     eviction.tokens(prompt_len)
 
 
-def _check_layout(model: Transformer, prompt_BxT, layout) -> None:
+def _check_layout(model: Transformer, prompt_BxT, layout, sparse=None) -> None:
   """Refuses a prompt the layout's mesh cannot split, and kernels that cannot run split,
   before anything compiles."""
   mesh = layout.mesh
@@ -91,47 +97,53 @@ def _check_layout(model: Transformer, prompt_BxT, layout) -> None:
         raise ValueError(f"model.attention[layer {i}].implementation: "
                          f"{layer.implementation!r} cannot split a prompt over "
                          f"mesh.context={context}; context parallelism runs 'xla'")
+    if sparse is not None and sparse.implementation != "xla":
+      raise ValueError(f"sparse.implementation: {sparse.implementation!r} cannot split a "
+                       f"prompt over mesh.context={context}; context parallelism runs 'xla'")
 
 
 def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
-                 eviction=None, layout=None) -> tuple[Array, dict, list[Array] | None]:
+                 eviction=None, layout=None, sparse=None
+                 ) -> tuple[Array, dict, list[Array] | None]:
   """``prefill``, also returning each layer's kept positions kept_BxKxN (None: no eviction)."""
   if prompt_BxT.shape[1] > max_len:
     raise ValueError(f"prompt of {prompt_BxT.shape[1]} tokens exceeds max_len {max_len}")
   _check_eviction(model, prompt_BxT.shape[1], eviction)
+  sparse = sparse_plan.resolve(model.model, sparse)
   if layout is None:
-    return _prefill(model, params, prompt_BxT, max_len, eviction)
-  _check_layout(model, prompt_BxT, layout)
+    return _prefill(model, params, prompt_BxT, max_len, eviction, sparse=sparse)
+  _check_layout(model, prompt_BxT, layout, sparse)
   rules = sharding_lib.normalize_rules(layout.rules)
   with jax.set_mesh(layout.mesh):
     prompt_BxT = jax.device_put(prompt_BxT, sharding_lib.batch_sharding(layout.mesh, rules))
-    return _prefill(model, params, prompt_BxT, max_len, eviction, rules)
+    return _prefill(model, params, prompt_BxT, max_len, eviction, rules, sparse)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_len", "rules"))
-def _prefill(model, params, prompt_BxT, max_len, eviction, rules=None):
+@functools.partial(jax.jit, static_argnames=("model", "max_len", "rules", "sparse"))
+def _prefill(model, params, prompt_BxT, max_len, eviction, rules=None, sparse=None):
   # The rules are a static argument, so a trace under one mesh layout is never reused for
   # another; inside them the model's logical constraints split its activations.
   with nn.logical_axis_rules(rules) if rules is not None else contextlib.nullcontext():
-    return _prefill_body(model, params, prompt_BxT, max_len, eviction)
+    return _prefill_body(model, params, prompt_BxT, max_len, eviction, sparse)
 
 
-def _prefill_body(model, params, prompt_BxT, max_len, eviction):
+def _prefill_body(model, params, prompt_BxT, max_len, eviction, sparse=None):
   b, t = prompt_BxT.shape
   if eviction is None:
-    logits, cache = _apply(model, params, init_cache(model.model, b, max_len), prompt_BxT, 0)
+    logits, cache = _apply(model, params, init_cache(model.model, b, max_len), prompt_BxT, 0,
+                           sparse)
     return logits, cache, None
   positions = jnp.broadcast_to(jnp.arange(t), prompt_BxT.shape)
   logits, mutated = model.apply(
       {"params": params, "cache": init_cache(model.model, b, t)}, prompt_BxT, positions,
-      decode=True, mutable=["cache", full_cache.QUERIES])
+      decode=True, sparse=sparse, mutable=["cache", full_cache.QUERIES])
   cache, kept = prune.evict(model.model, mutated["cache"], mutated[full_cache.QUERIES],
                             prompt_BxT, eviction, room=max_len - t)
   return logits, cache, kept
 
 
 def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int,
-            eviction=None, layout=None) -> tuple[Array, dict]:
+            eviction=None, layout=None, sparse=None) -> tuple[Array, dict]:
   """Runs the prompt through the parallel forward pass into a fresh cache of ``max_len``.
 
   With ``layout`` (a ``runtime.Runtime``: its ``mesh`` and ``rules``) the prompt is split over
@@ -140,9 +152,16 @@ def prefill(model: Transformer, params, prompt_BxT: Array, max_len: int,
 
   With ``eviction`` (a chunkformer.eviction policy; full-attention models only, ConfigError
   otherwise) every layer's cache is then pruned to the policy's budget n and holds
-  n + (max_len - T) slots. Returns (logits_BxTxV of the prompt, cache).
+  n + (max_len - T) slots.
+
+  With ``sparse`` (a chunkformer.sparse_prefill pattern for every head of every full layer, or
+  a Plan; ConfigError if it does not fit the model) the full-attention layers attend over the
+  index sets their patterns estimate from the prompt (never T x T); every layer's cache is
+  the one a dense prefill writes (keys and values do not depend on attention within a layer),
+  and decoding from it is unchanged. Other kinds keep their own prefill.
+  Returns (logits_BxTxV of the prompt, cache).
   """
-  logits, cache, _ = prefill_kept(model, params, prompt_BxT, max_len, eviction, layout)
+  logits, cache, _ = prefill_kept(model, params, prompt_BxT, max_len, eviction, layout, sparse)
   return logits, cache
 
 
@@ -157,9 +176,9 @@ def step(model: Transformer, params, cache: dict, tokens_Bx1: Array) -> tuple[Ar
   return logits[:, 0], cache
 
 
-@functools.partial(jax.jit, static_argnames=("model", "num_tokens", "max_len"))
-def _generate(model, params, prompt_BxT, num_tokens, max_len, eviction):
-  logits, cache = prefill(model, params, prompt_BxT, max_len, eviction)
+@functools.partial(jax.jit, static_argnames=("model", "num_tokens", "max_len", "sparse"))
+def _generate(model, params, prompt_BxT, num_tokens, max_len, eviction, sparse=None):
+  logits, cache = prefill(model, params, prompt_BxT, max_len, eviction, sparse=sparse)
   first = jnp.argmax(logits[:, -1], axis=-1).astype(prompt_BxT.dtype)
 
   def body(carry, _):
@@ -172,15 +191,16 @@ def _generate(model, params, prompt_BxT, num_tokens, max_len, eviction):
 
 
 def generate(model: Transformer, params, prompt_BxT: Array, num_tokens: int,
-             max_len: int | None = None, eviction=None) -> Array:
+             max_len: int | None = None, eviction=None, sparse=None) -> Array:
   """Greedy continuation: tokens_BxN (N = num_tokens) after the prompt (pruned by
-  ``eviction`` after the prefill, if given)."""
+  ``eviction`` after the prefill, if given; prefilled through ``sparse``, if given)."""
   needed = prompt_BxT.shape[1] + num_tokens
   max_len = needed if max_len is None else max_len
   if needed > max_len:
     raise ValueError(f"prompt + num_tokens = {needed} exceeds max_len {max_len}")
   _check_eviction(model, prompt_BxT.shape[1], eviction)
-  return _generate(model, params, prompt_BxT, num_tokens, max_len, eviction)
+  return _generate(model, params, prompt_BxT, num_tokens, max_len, eviction,
+                   sparse_plan.resolve(model.model, sparse))
 
 
 def cache_bytes(cache: dict) -> int:

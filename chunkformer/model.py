@@ -85,7 +85,9 @@ class Transformer(nn.Module):
   ``train`` switches on training-only behaviour (random chunk phases). ``decode`` appends the
   tokens to each layer's cache in the ``cache`` collection instead (chunkformer/decode.py).
   ``hidden`` returns the final-normed hidden states x_BxTxE instead of the logits (the head is
-  then ``head_weights``; the tiled loss never forms B x T x V logits).
+  then ``head_weights``; the tiled loss never forms B x T x V logits). ``sparse`` (a
+  chunkformer.sparse_prefill Plan; only with ``decode``, into an empty cache) makes the full
+  layers attend through the plan's sparse patterns.
   """
 
   model: ModelConfig
@@ -97,8 +99,11 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens_BxT: Array, positions_BxT: Array | None = None,
                segment_ids_BxT: Array | None = None, train: bool = False,
-               decode: bool = False, hidden: bool = False) -> Array:
+               decode: bool = False, hidden: bool = False, sparse=None) -> Array:
     m = self.model
+    if sparse is not None and not decode:
+      raise ValueError("sparse prefill (a chunkformer.sparse_prefill Plan) runs with decode=True "
+                       "into an empty cache: use decode.prefill(..., sparse=)")
     dtype = jnp.dtype(m.dtype)
     if positions_BxT is None:
       positions_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
@@ -114,7 +119,7 @@ class Transformer(nn.Module):
           for x in (tokens_BxT, positions_BxT, segment_ids_BxT))
     ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train,
                            decode=decode, kv_exchange=self.kv_exchange,
-                           load_balanced=balance is not None)
+                           load_balanced=balance is not None, sparse=sparse)
     embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),

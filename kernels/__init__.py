@@ -6,7 +6,9 @@ Public ops, each with ``implementation=`` in {"xla", "pallas_gpu", "pallas_tpu"}
 - ``chunk_attention``: queries over [sliding window of raw keys] union [visible entries];
 - ``decode_attention``: one query over a ring-buffer window plus the first entries (optionally
   masked per kv head: staggered chunk ends, an indexer's top-k);
-- ``dense_attention``: the dense oracle of ``chunk_attention`` that also returns its weights.
+- ``dense_attention``: the dense oracle of ``chunk_attention`` that also returns its weights;
+- ``block_sparse_attention``: causal attention over per-head key blocks and columns (sparse
+  prefill), with its dense oracle ``block_sparse_dense``.
 The visibility rule is ``layout.entry_visible`` (one place; ``visible_entry_range`` is its range
 form) and ``IMPLEMENTATIONS`` the one list of implementations.
 Layout conventions (chunk rules, padding entries, visibility ranges) in ``kernels.layout``.
@@ -14,6 +16,7 @@ Layout conventions (chunk rules, padding entries, visibility ranges) in ``kernel
 
 from kernels.attention import chunk_attention
 from kernels.block_sizes import AttentionBlockSizes, DecodeBlockSizes, PoolBlockSizes
+from kernels.block_sparse import block_sparse_attention, block_sparse_dense, block_sparse_mask
 from kernels.decode import decode_attention
 from kernels.dense import AttentionWeights, dense_attention
 from kernels.implementation import IMPLEMENTATIONS
@@ -44,6 +47,9 @@ __all__ = [
     "PAD_END",
     "PAD_SEGMENT",
     "PoolBlockSizes",
+    "block_sparse_attention",
+    "block_sparse_dense",
+    "block_sparse_mask",
     "chunk_attention",
     "chunk_attention_reference",
     "chunk_starts",

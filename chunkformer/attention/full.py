@@ -83,7 +83,13 @@ class FullAttention(nn.Module):
     qkv = QKVProjection(self.model, name="qkv")
     if ctx.decode:
       state = self.variable("cache", "state", cache_lib.missing_cache)
-      o_BxTxHxD, q_BxTxHxD, state.value = full_cache.append(qkv, x_BxTxE, state.value)
+      attend = None
+      if ctx.sparse is not None and ctx.sparse.covers(self.layer):
+        def attend(q, k, v):  # a sparse prefill (chunkformer/sparse_prefill)
+          o, index = ctx.sparse.attend(self.layer, q, k, v)
+          self.sow(full_cache.SPARSE_INDEX, "index", index)  # stored only where asked for
+          return o
+      o_BxTxHxD, q_BxTxHxD, state.value = full_cache.append(qkv, x_BxTxE, state.value, attend)
       self.sow(full_cache.QUERIES, "q", q_BxTxHxD)  # stored only where eviction asks for it
       return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     q, k, v = qkv(x_BxTxE, ctx)

@@ -19,6 +19,8 @@ Array = jax.Array
 # The collection a prefill may read each full layer's queries from (eviction scores them);
 # nothing is stored unless the caller makes it mutable.
 QUERIES = "prompt_queries"
+# The collection a sparse prefill may leave each full layer's index set in (tests, benchmark).
+SPARSE_INDEX = "sparse_index"
 
 
 def init_state(model: ModelConfig, batch: int, max_len: int) -> dict[str, Array]:
@@ -35,8 +37,12 @@ def written(state: dict) -> Array:
   return state.get("length", state["index"])
 
 
-def append(qkv, x_BxTxE: Array, state: dict) -> tuple[Array, Array, dict]:
-  """Appends T >= 1 tokens and attends causally over the cache: (o_BxTxHxD, q_BxTxHxD, state)."""
+def append(qkv, x_BxTxE: Array, state: dict, attend=None) -> tuple[Array, Array, dict]:
+  """Appends T >= 1 tokens and attends causally over the cache: (o_BxTxHxD, q_BxTxHxD, state).
+
+  ``attend(q, k, v) -> o`` (a sparse prefill) replaces the dense attention; it sees only the
+  new tokens' keys, so it is for a prompt written into an empty cache (``decode.prefill``).
+  """
   t = x_BxTxE.shape[1]
   x_win, ctx = cache_lib.step_input(x_BxTxE, state)
   q, k, v = (a[:, -t:] for a in qkv(x_win, ctx))
@@ -45,10 +51,14 @@ def append(qkv, x_BxTxE: Array, state: dict) -> tuple[Array, Array, dict]:
   for name, value in (("k", k), ("v", v)):
     new[name] = jax.lax.dynamic_update_slice_in_dim(state[name], value.astype(state[name].dtype),
                                                     slot, axis=1)
-  cap = state["k"].shape[1]
-  mask = jnp.arange(cap)[None, :] <= slot + jnp.arange(t)[:, None]
-  o = jax.nn.dot_product_attention(q, new["k"].astype(q.dtype), new["v"].astype(q.dtype),
-                                   mask=mask[None, None], implementation="xla")
+  if attend is not None:
+    # The keys as the cache holds them, so a keep-everything pattern equals the dense path.
+    o = attend(q, *(new[name][:, :t].astype(q.dtype) for name in ("k", "v")))
+  else:
+    cap = state["k"].shape[1]
+    mask = jnp.arange(cap)[None, :] <= slot + jnp.arange(t)[:, None]
+    o = jax.nn.dot_product_attention(q, new["k"].astype(q.dtype), new["v"].astype(q.dtype),
+                                     mask=mask[None, None], implementation="xla")
   new = cache_lib.advance(new, x_BxTxE)
   if "length" in state:
     new["length"] = state["length"] + t
