@@ -140,10 +140,10 @@ def _step_impl(c, backend: str) -> str:
   platform's Pallas kernel where the config validates with it, else their XLA path.
   """
   from chunkformer import config as config_lib
-  from chunkformer.attention import implementation as attention_implementation
+  from chunkformer.attention import dispatch
 
   if c.model.attention.kind == "full":
-    c.model.attention.implementation = attention_implementation.choose(
+    c.model.attention.implementation = dispatch.choose(
         config_lib.from_dict(c.to_dict()).model.attention, c.model.num_kv_heads, backend)
     return c.model.attention.implementation
   impl, _ = pallas_implementation(backend)

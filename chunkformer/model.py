@@ -12,8 +12,13 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer import layer_stack
-from chunkformer.attention import AttentionContext, attention_class, context_axis, load_balance
-from chunkformer.attention import implementation as attention_implementation
+from chunkformer.attention import (
+  AttentionContext,
+  attention_class,
+  context_axis,
+  dispatch,
+  load_balance,
+)
 from chunkformer.config import ConfigError, ModelConfig
 from chunkformer.layers import RMSNorm, SwiGLU
 
@@ -29,7 +34,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
     m = self.model
-    attn_cfg = attention_implementation.resolve(m.layer_attention(self.layer), m.num_kv_heads)
+    attn_cfg = dispatch.resolve(m.layer_attention(self.layer), m.num_kv_heads)
     attention = attention_class(attn_cfg.kind)(m, attn_cfg, self.layer, name="attn")
     y, shared = attention(RMSNorm(eps=m.norm_eps, name="attn_norm")(x_BxTxE), ctx, shared)
     dtype = x_BxTxE.dtype  # the residual stream keeps its dtype (a scan carry must)
