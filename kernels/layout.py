@@ -110,13 +110,19 @@ def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
   """
   del entry_segment_ids_BxC  # implied by the end position under the layout conventions
   t = segment_ids_BxT.shape[1]
-  pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), segment_ids_BxT.shape)
-  doc_start_BxT = document_starts(segment_ids_BxT)
+  # No search: visible_up_to[t] = entries with end <= t, a histogram of the ends and its running
+  # sum (O(T + C) integer work; the ends are sorted, so counts are indices). Ends outside
+  # [0, T) (padding) are counted in an extra bin that no query reads.
   ends = entry_ends_BxC.astype(jnp.int32)
-  start = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="left"))(ends, doc_start_BxT)
-  stop = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="right"))(ends, pos_BxT)
-  start = start.astype(jnp.int32)
-  return start, jnp.maximum(stop.astype(jnp.int32), start)
+  bins = jnp.where((ends >= 0) & (ends < t), ends, t)
+  hist = jax.vmap(lambda i: jnp.zeros((t + 1,), jnp.int32).at[i].add(1))(bins)
+  below = jnp.sum(ends < 0, axis=1, dtype=jnp.int32)[:, None]  # visible from before the row
+  visible_up_to = below + jnp.cumsum(hist[:, :t], axis=1, dtype=jnp.int32)
+  doc_start_BxT = document_starts(segment_ids_BxT)
+  before_doc = jnp.where(doc_start_BxT > 0,
+                         jnp.take_along_axis(visible_up_to, jnp.maximum(doc_start_BxT - 1, 0),
+                                             axis=1), below)
+  return before_doc, jnp.maximum(visible_up_to, before_doc)
 
 
 def chunk_starts(ends_BxT: Array, segment_ids_BxT: Array) -> tuple[Array, Array]:
