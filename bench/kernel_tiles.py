@@ -66,7 +66,8 @@ def rows(seq_lens: list[int]) -> list[dict]:
                         executed=n.executed, needed=n.needed, missed=n.missed,
                         tile_ratio=round(n.tile_ratio, 4), executed_pairs=n.executed_pairs,
                         useful_pairs=n.useful_pairs, pair_ratio=round(n.pair_ratio, 4),
-                        grid_steps=n.grid_steps, within_goal=n.tile_ratio <= GOAL))
+                        grid_steps=n.grid_steps, masked=n.masked,
+                        within_goal=n.tile_ratio <= GOAL))
   return out
 
 
@@ -78,14 +79,16 @@ def markdown(rows_: list[dict]) -> str:
       "bq_bwd, bk_bwd, bc_bwd) are the GPU / TPU defaults of `AttentionBlockSizes`. "
       f"**tiles x** = executed / needed tiles (goal <= {GOAL:.2f}); **pairs x** = pairs the "
       "executed tiles cover / visible pairs (the masked share inside them); **grid steps**: "
-      "inner steps the grid walks (TPU: a static worst case, skipped steps cost grid overhead).",
-      "", "| T | layout | kernel | tiles | executed | needed | tiles x | pairs x | grid steps |",
-      "|---|---|---|---|---|---|---|---|---|"]
+      "inner steps the grid walks (TPU: a static worst case, skipped steps cost grid overhead); "
+      "**masked**: executed tiles that build and apply a mask (the rest run unmasked).",
+      "", "| T | layout | kernel | tiles | executed | needed | tiles x | pairs x | masked | "
+      "grid steps |", "|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows_:
     flag = "" if r["within_goal"] else " **over**"
     lines.append(f"| {r['T']} | {r['layout']} | {r['kernel']} | "
                  f"{'/'.join(map(str, r['tiles']))} | {r['executed']:,} | {r['needed']:,} | "
-                 f"{r['tile_ratio']:.3f}{flag} | {r['pair_ratio']:.2f} | {r['grid_steps']:,} |")
+                 f"{r['tile_ratio']:.3f}{flag} | {r['pair_ratio']:.2f} | {r['masked']:,} | "
+                 f"{r['grid_steps']:,} |")
   over = [r for r in rows_ if not r["within_goal"]]
   lines += ["", f"{len(rows_) - len(over)} of {len(rows_)} rows within the goal; no kernel "
             f"misses a needed tile: {all(r['missed'] == 0 for r in rows_)}."]

@@ -4,6 +4,8 @@ Forward: one program per (query block, row, head). It runs one online softmax ov
 sources, looping only over the raw-key blocks inside the window and the entry blocks inside the
 block's visible range (loop bounds from per-query ranges, so invisible blocks cost nothing).
 The sink logit seeds the running max (value zero, so it only adds to the denominator).
+Each loop runs its boundary blocks masked and its interior blocks (seen in full by every query
+of the tile, ``_raw_blocks`` / ``_entry_blocks``) without building a mask; dq does the same.
 
 Backward: dq with the forward's loops; dk/dv per key block and per entry block, each looping
 over the query blocks that can see it and over the H/K query heads of its group, so GQA/MQA
@@ -82,12 +84,51 @@ def _cdiv(a, b):
   return jax.lax.div(a + b - 1, b)
 
 
+def _interior(lo, hi, first_full, stop_full):
+  """[lo, hi) split at the interior blocks [a, b): a = first_full, b = stop_full clamped."""
+  a = jnp.clip(first_full, lo, hi)
+  return a, jnp.clip(stop_full, a, hi)
+
+
+def _loops(lo, hi, first_full, stop_full, masked, unmasked, carry):
+  """``masked`` over the boundary blocks of [lo, hi), ``unmasked`` over its interior ones.
+
+  Interior blocks are those every query of the tile sees in full (no mask to build or apply);
+  they form one contiguous run because the per-query bounds are non-decreasing.
+  """
+  a, b = _interior(lo, hi, first_full, stop_full)
+  carry = jax.lax.fori_loop(lo, a, masked, carry)
+  carry = jax.lax.fori_loop(a, b, unmasked, carry)
+  return jax.lax.fori_loop(b, hi, masked, carry)
+
+
+def _raw_blocks(i, bq, bk, kvlo):
+  """(lo, hi, first interior, stop interior) raw-key blocks of query block i.
+
+  Query t sees keys [kvlo[t], t] (kvlo = max(t - W + 1, its document's start), non-decreasing):
+  block j is needed from the first query's kvlo on, and seen in full by every query of the
+  block when it starts at or after the last query's kvlo and ends at or before the first query.
+  """
+  lo = jax.lax.div(jnp.min(kvlo), bk)
+  return lo, _cdiv(i * bq + bq, bk), _cdiv(jnp.max(kvlo), bk), jax.lax.div(i * bq + 1, bk)
+
+
+def _entry_blocks(bc, elo, ehi):
+  """(lo, hi, first interior, stop interior) entry blocks of a query block with per-query
+  visible ranges [elo, ehi) (both non-decreasing): interior = seen by every query (they then
+  all lie in one document; only an entry's own document id is still checked)."""
+  return (jax.lax.div(jnp.min(elo), bc), _cdiv(jnp.max(ehi), bc), _cdiv(jnp.max(elo), bc),
+          jax.lax.div(jnp.min(ehi), bc))
+
+
 # ----------------------------------------------------------------------------- forward
 
 
 def _online_update(carry, s, mask, v):
+  """One block of the online softmax; ``mask`` None: every score of the tile is visible."""
   acc, m, denom = carry
-  s = jnp.where(mask, s, -jnp.inf)
+  if mask is not None:
+    s = jnp.where(mask, s, -jnp.inf)
   m_new = jnp.maximum(m, jnp.max(s, axis=1))
   m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
   alpha = jnp.exp(m - m_safe)
@@ -109,24 +150,28 @@ def _fwd_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_r
   carry = (jnp.zeros(q.shape, _F32), m, denom)
 
   if cfg.window > 0:
-    def raw_body(j, carry):
+    def raw_body(j, carry, masked=True):
       k = k_ref[pl.ds(j * bk, bk), :]
       s = _dot_t(q, k) * cfg.scale
       mask = _raw_mask(t_pos, j * bk + jnp.arange(bk, dtype=jnp.int32), seg_q,
-                       segk_ref[pl.ds(j * bk, bk)], cfg.window)
+                       segk_ref[pl.ds(j * bk, bk)], cfg.window) if masked else None
       return _online_update(carry, s, mask, v_ref[pl.ds(j * bk, bk), :])
 
-    lo = jax.lax.div(jnp.min(kvlo_ref[...]), bk)
-    carry = jax.lax.fori_loop(lo, _cdiv(i * bq + bq, bk), raw_body, carry)
+    carry = _loops(*_raw_blocks(i, bq, bk, kvlo_ref[...]), raw_body,
+                   functools.partial(raw_body, masked=False), carry)
 
-  def entry_body(j, carry):
+  def entry_body(j, carry, masked=True):
     ek = ek_ref[pl.ds(j * bc, bc), :]
     s = _dot_t(q, ek) * cfg.scale
-    mask = _entry_mask(t_pos, eends_ref[pl.ds(j * bc, bc)], seg_q, eseg_ref[pl.ds(j * bc, bc)])
+    seg_e = eseg_ref[pl.ds(j * bc, bc)]
+    if masked:
+      mask = _entry_mask(t_pos, eends_ref[pl.ds(j * bc, bc)], seg_q, seg_e)
+    else:  # one document for the whole tile: the entry's own id only (a 1 x bc row)
+      mask = (seg_e == jnp.max(seg_q))[None, :]
     return _online_update(carry, s, mask, ev_ref[pl.ds(j * bc, bc), :])
 
-  lo = jax.lax.div(jnp.min(elo_ref[...]), bc)
-  acc, m, denom = jax.lax.fori_loop(lo, _cdiv(jnp.max(ehi_ref[...]), bc), entry_body, carry)
+  acc, m, denom = _loops(*_entry_blocks(bc, elo_ref[...], ehi_ref[...]), entry_body,
+                         functools.partial(entry_body, masked=False), carry)
   seen = denom > 0
   o_ref[...] = (acc / jnp.where(seen, denom, 1.0)[:, None]).astype(o_ref.dtype)
   # Rows that saw nothing get lse 0: the backward masks every logit of such a row anyway.
@@ -174,28 +219,34 @@ def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_re
   t_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
 
   def grad_step(dq, s, mask, k, v):
-    p = jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0)
+    p = jnp.exp(s - lse[:, None])
+    if mask is not None:
+      p = jnp.where(mask, p, 0.0)
     ds = p * (_dot_t(do, v) - delta[:, None])
     return dq + _dot(ds.astype(k.dtype), k)
 
   dq = jnp.zeros(q.shape, _F32)
   if cfg.window > 0:
-    def raw_body(j, dq):
+    def raw_body(j, dq, masked=True):
       k = k_ref[pl.ds(j * bk, bk), :]
       mask = _raw_mask(t_pos, j * bk + jnp.arange(bk, dtype=jnp.int32), seg_q,
-                       segk_ref[pl.ds(j * bk, bk)], cfg.window)
+                       segk_ref[pl.ds(j * bk, bk)], cfg.window) if masked else None
       return grad_step(dq, _dot_t(q, k) * cfg.scale, mask, k, v_ref[pl.ds(j * bk, bk), :])
 
-    lo = jax.lax.div(jnp.min(kvlo_ref[...]), bk)
-    dq = jax.lax.fori_loop(lo, _cdiv(i * bq + bq, bk), raw_body, dq)
+    dq = _loops(*_raw_blocks(i, bq, bk, kvlo_ref[...]), raw_body,
+                functools.partial(raw_body, masked=False), dq)
 
-  def entry_body(j, dq):
+  def entry_body(j, dq, masked=True):
     ek = ek_ref[pl.ds(j * bc, bc), :]
-    mask = _entry_mask(t_pos, eends_ref[pl.ds(j * bc, bc)], seg_q, eseg_ref[pl.ds(j * bc, bc)])
+    seg_e = eseg_ref[pl.ds(j * bc, bc)]
+    if masked:
+      mask = _entry_mask(t_pos, eends_ref[pl.ds(j * bc, bc)], seg_q, seg_e)
+    else:
+      mask = (seg_e == jnp.max(seg_q))[None, :]
     return grad_step(dq, _dot_t(q, ek) * cfg.scale, mask, ek, ev_ref[pl.ds(j * bc, bc), :])
 
-  lo = jax.lax.div(jnp.min(elo_ref[...]), bc)
-  dq = jax.lax.fori_loop(lo, _cdiv(jnp.max(ehi_ref[...]), bc), entry_body, dq)
+  dq = _loops(*_entry_blocks(bc, elo_ref[...], ehi_ref[...]), entry_body,
+              functools.partial(entry_body, masked=False), dq)
   dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
 
 

@@ -4,7 +4,9 @@ numpy only (no device, no tracing): for one row's layout (documents, entry ends,
 tiles a kernel runs with, ``count`` replays the kernel's loop bounds program by program and
 returns how many tiles it computes (``executed``), how many tiles hold at least one visible
 (query, key) pair (``needed``), and the visible pairs themselves (``useful_pairs``) against
-the pairs its tiles cover (``executed_pairs``). Counts are per query head (the dk/dv kernels
+the pairs its tiles cover (``executed_pairs``), and how many of the executed tiles build and
+apply a mask (``masked``: the GPU forward and dq run interior tiles unmasked). Counts are per
+query head (the dk/dv kernels
 loop over a kv head's G query heads, G tiles per kv-head program: the same per query head).
 
 The bounds mirror ``attention_gpu`` (and ``attention_tpu``, whose grid also walks a static
@@ -47,6 +49,11 @@ class Count:
   executed_pairs: int  # executed tiles x tile area
   useful_pairs: int  # visible (query, key) pairs of real tokens
   grid_steps: int  # programs x inner steps the grid walks (TPU: static worst case)
+  masked: int = -1  # executed tiles that build and apply a mask (-1: every executed one)
+
+  def __post_init__(self):
+    if self.masked < 0:
+      object.__setattr__(self, "masked", self.executed)
 
   @property
   def tile_ratio(self) -> float:
@@ -174,11 +181,18 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
       ent_steps = cp // x.bc
     raw = _ran(raw_lo, raw_hi, tp // x.bk) if window > 0 else np.zeros_like(raw_need)
     ent = _ran(ent_lo, ent_hi, cp // x.bc)
+    # attention_gpu's interior blocks (seen in full by every query of the tile): no mask.
+    raw_full = _ran(_cdiv(per(rlo, x.bq).max(axis=1), x.bk), (np.arange(nq) * x.bq + 1) // x.bk,
+                    tp // x.bk)
+    ent_full = _ran(_cdiv(per(elo, x.bq).max(axis=1), x.bc), per(ehi, x.bq).min(axis=1) // x.bc,
+                    cp // x.bc)
+    masked = int((raw & ~raw_full).sum() + (ent & ~ent_full).sum()) if not tpu else -1
     steps = nq * (raw_steps + ent_steps) if tpu else int(raw.sum() + ent.sum())
     r = _count(raw, raw_need, x.bq * x.bk, raw_useful, 0)
     e = _count(ent, ent_need, x.bq * x.bc, entry_useful, 0)
     return Count(r.executed + e.executed, r.needed + e.needed, r.missed + e.missed,
-                 r.executed_pairs + e.executed_pairs, raw_useful + entry_useful, int(steps))
+                 r.executed_pairs + e.executed_pairs, raw_useful + entry_useful, int(steps),
+                 masked)
   if kernel.endswith("dkv_raw"):
     if window == 0:
       return Count(0, 0, 0, 0, 0, 0)

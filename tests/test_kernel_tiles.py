@@ -43,8 +43,17 @@ def _visible(seg, ends, window):
   return raw, ent
 
 
+def _seen_in_full(segp, endsp, window, rows, cols, raw):
+  """Every query of ``rows`` sees every key (raw) or entry of ``cols``, by the definition."""
+  same = lambda a, b: all(segp[u] == segp[b] for u in range(a, b + 1))
+  if raw:
+    return all(s <= q and s > q - window and same(s, q) for q in rows for s in cols)
+  return all(endsp[c] <= q and same(endsp[c], q) for q in rows for c in cols)
+
+
 def _brute(kernel, seg, ends, window, x):
-  """(executed tiles, needed tiles, missed, useful pairs) replaying the GPU kernels' loops."""
+  """(executed tiles, needed tiles, missed, useful pairs, masked) replaying the GPU kernels'
+  loops; masked: executed forward tiles some query of which does not see some key in full."""
   t = seg.shape[0]
   tp = -(-t // max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)) * max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)
   cmax = max(x.bc, x.bc_bwd)
@@ -85,9 +94,14 @@ def _brute(kernel, seg, ends, window, x):
     for q in range(t):
       needed_set |= {(c // x.bc_bwd, q // x.bq_bwd) for c in range(cp) if ent[q, c]}
   useful = int(ent.sum()) if kernel == "gpu_dkv_entries" else int(raw.sum())
+  masked = len(executed)
   if kernel == "gpu_fwd":
     useful = int(raw.sum() + ent.sum())
-  return len(executed), len(needed_set), len(needed_set - executed), useful
+    size = {"raw": x.bk, "ent": x.bc}
+    masked = sum(not _seen_in_full(segp, endsp, window, range(i * x.bq, i * x.bq + x.bq),
+                                   range(j * size[src], j * size[src] + size[src]), src == "raw")
+                 for src, i, j in executed)
+  return len(executed), len(needed_set), len(needed_set - executed), useful, masked
 
 
 CASES = [(40, 0, 1, 4, 8), (53, 1, 3, 4, 16), (64, 2, 2, 0, 5), (37, 3, 4, 0, 0), (48, 4, 1, 3, 48)]
@@ -99,9 +113,9 @@ def test_counts_equal_a_brute_force_replay(kernel, t, seed, docs, chunk, window)
   seg, ends = _layout(t, seed, docs, chunk)
   x = tiles_lib.Tiles(bq=16, bk=8, bc=4, bq_bwd=8, bk_bwd=16, bc_bwd=8)
   got = tiles_lib.count(kernel, seg, ends, window, x)
-  executed, needed, missed, useful = _brute(kernel, seg, ends, window, x)
-  assert (got.executed, got.needed, got.missed, got.useful_pairs) == (
-      executed, needed, missed, useful)
+  executed, needed, missed, useful, masked = _brute(kernel, seg, ends, window, x)
+  assert (got.executed, got.needed, got.missed, got.useful_pairs, got.masked) == (
+      executed, needed, missed, useful, masked)
   assert got.missed == 0  # no kernel skips a tile that holds a visible score
   if kernel == "gpu_dkv_raw" and window == 0:
     assert got.executed == 0
