@@ -96,7 +96,8 @@ def tile_counts(t: int, entry_ends_C, window: int, implementation: str) -> dict:
   from kernels import tiles as tiles_lib
 
   platform = "tpu" if implementation == "pallas_tpu" else "gpu"
-  bs = kernels.AttentionBlockSizes.gpu() if platform == "gpu" else kernels.AttentionBlockSizes.tpu()
+  bs = (kernels.AttentionBlockSizes.gpu(jax.devices()[0].device_kind) if platform == "gpu"
+        else kernels.AttentionBlockSizes.tpu())  # what chunk_attention picks on this device
   make = tiles_lib.gpu_tiles if platform == "gpu" else tiles_lib.tpu_tiles
   entry_ends_C = np.asarray(entry_ends_C)
   tiles = make(bs, t, entry_ends_C.shape[0])

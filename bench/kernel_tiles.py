@@ -7,7 +7,8 @@ Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and the two dk/dv ker
 TPU ones, whose grid also walks a static worst case), per layout (the accelerator bench's:
 Qwen3-0.6B's window W = 128, one document, entries every M = 4 tokens or at Bernoulli(1/4)
 ends; the same with 16 documents; full attention as the kernel runs it, a whole-row window and
-no entries) and per tile set (the GPU and TPU defaults of ``kernels.AttentionBlockSizes``):
+no entries) and per tile set (the GPU and TPU defaults of ``kernels.AttentionBlockSizes`` and
+its per-device table's H200 entry):
 executed tiles / needed tiles (tiles holding a visible score; the goal: <= 1.10), and executed
 pairs / useful pairs (the masked share inside the tiles run). No device and no timing: the
 counts follow from the layout and the loop bounds alone.
@@ -30,6 +31,11 @@ from kernels import tiles as tiles_lib
 
 WINDOW = 128
 GOAL = 1.10  # executed tiles within 10% of the needed ones
+TILE_SETS = {  # the default tiles of each platform and the per-device table's Hopper entry
+    "gpu default": AttentionBlockSizes.gpu(),
+    "gpu H200": AttentionBlockSizes.gpu("NVIDIA H200"),
+    "tpu default": AttentionBlockSizes.tpu(),
+}
 
 
 def layouts(t: int, rng) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
@@ -56,13 +62,13 @@ def rows(seq_lens: list[int]) -> list[dict]:
       c = max(len(ends), 1)
       # Entry capacity padded to 128, as the benchmark's packed buffers.
       ends_c = np.concatenate([ends, np.full(-(-c // 128) * 128 - len(ends), tiles_lib.PAD_END)])
-      for kernel in tiles_lib.KERNELS:
-        platform = kernel.split("_")[0]
-        bs = AttentionBlockSizes.gpu() if platform == "gpu" else AttentionBlockSizes.tpu()
-        tiles = (tiles_lib.gpu_tiles if platform == "gpu" else tiles_lib.tpu_tiles)(
-            bs, t, len(ends_c))
+      for kernel, tile_set in ((k, s) for k in tiles_lib.KERNELS for s in TILE_SETS
+                               if s.startswith(k.split("_")[0])):
+        tiles = (tiles_lib.gpu_tiles if kernel.startswith("gpu") else tiles_lib.tpu_tiles)(
+            TILE_SETS[tile_set], t, len(ends_c))
         n = tiles_lib.count(kernel, seg, ends_c, window, tiles)
-        out.append(dict(T=t, layout=name, kernel=kernel, tiles=list(vars(tiles).values()),
+        out.append(dict(T=t, layout=name, kernel=kernel, tile_set=tile_set,
+                        tiles=list(vars(tiles).values()),
                         executed=n.executed, needed=n.needed, missed=n.missed,
                         tile_ratio=round(n.tile_ratio, 4), executed_pairs=n.executed_pairs,
                         useful_pairs=n.useful_pairs, pair_ratio=round(n.pair_ratio, 4),
@@ -76,16 +82,17 @@ def markdown(rows_: list[dict]) -> str:
       "# Chunk-attention kernels: executed against needed tiles (from the loop bounds)", "",
       "Written by `python -m bench.kernel_tiles` (no device: counts from the layout and each "
       "kernel's loop bounds, `kernels/tiles.py`). Per query head and row. Tiles (bq, bk, bc, "
-      "bq_bwd, bk_bwd, bc_bwd) are the GPU / TPU defaults of `AttentionBlockSizes`. "
+      "bq_bwd, bk_bwd, bc_bwd): the GPU / TPU defaults of `AttentionBlockSizes` and its "
+      "per-device table's H200 entry. "
       f"**tiles x** = executed / needed tiles (goal <= {GOAL:.2f}); **pairs x** = pairs the "
       "executed tiles cover / visible pairs (the masked share inside them); **grid steps**: "
       "inner steps the grid walks (TPU: a static worst case, skipped steps cost grid overhead); "
       "**masked**: executed tiles that build and apply a mask (the rest run unmasked).",
-      "", "| T | layout | kernel | tiles | executed | needed | tiles x | pairs x | masked | "
-      "grid steps |", "|---|---|---|---|---|---|---|---|---|---|"]
+      "", "| T | layout | kernel | tile set | tiles | executed | needed | tiles x | pairs x | "
+      "masked | grid steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows_:
     flag = "" if r["within_goal"] else " **over**"
-    lines.append(f"| {r['T']} | {r['layout']} | {r['kernel']} | "
+    lines.append(f"| {r['T']} | {r['layout']} | {r['kernel']} | {r['tile_set']} | "
                  f"{'/'.join(map(str, r['tiles']))} | {r['executed']:,} | {r['needed']:,} | "
                  f"{r['tile_ratio']:.3f}{flag} | {r['pair_ratio']:.2f} | {r['masked']:,} | "
                  f"{r['grid_steps']:,} |")

@@ -37,6 +37,11 @@ def _check_shapes(q, k, v, segment_ids, entry_k, entry_v, entry_ends, entry_segm
     raise ValueError(f"sink_H must have shape {(h,)}, got {sink_H.shape}")
 
 
+def _device_kind(interpret) -> str | None:
+  """The device the kernel compiles for (None in interpret mode: the default tiles)."""
+  return None if interpret else jax.devices()[0].device_kind
+
+
 def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
                     entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, *, window: int,
                     sink_H=None, scale=None, implementation: str = "xla", interpret=False,
@@ -55,7 +60,7 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   implementation: "xla" (pure jnp, differentiable by jax), "pallas_gpu" (Triton) or
   "pallas_tpu" (Mosaic); the Pallas paths carry a custom VJP. ``interpret`` runs the Pallas
   code on CPU (True, or ``pltpu.InterpretParams(...)`` for "pallas_tpu"). ``block_sizes``
-  defaults to ``AttentionBlockSizes.gpu()`` / ``.tpu()``.
+  defaults to ``AttentionBlockSizes.gpu(device kind)`` (the per-device table) / ``.tpu()``.
   Returns o_BxTxHxD in q's dtype.
   """
   implementations.check(implementation)
@@ -76,7 +81,7 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
     from kernels import attention_gpu
     return attention_gpu.chunk_attention_gpu(
         *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
-        block_sizes=block_sizes or AttentionBlockSizes.gpu())
+        block_sizes=block_sizes or AttentionBlockSizes.gpu(_device_kind(interpret)))
   from kernels import attention_tpu
   return attention_tpu.chunk_attention_tpu(
       *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,

@@ -85,6 +85,16 @@ def test_pallas_gpu_attention_matches_reference_with_gradients(case):
   _check_attention("pallas_gpu", SMALL_GPU, **case)
 
 
+def test_pallas_gpu_attention_with_the_hopper_tiles_matches_reference_with_gradients():
+  # The per-device table's tiles (128-row forward, 64-row backward) unclamped: T = 160 pads to
+  # two 128-row query blocks; a window of 100 gives interior and boundary blocks.
+  hopper = kernels.AttentionBlockSizes.gpu("NVIDIA H200")
+  assert hopper.block_q == 128 and hopper.block_q_bwd >= 64
+  assert kernels.AttentionBlockSizes.gpu("an unknown GPU") == kernels.AttentionBlockSizes()
+  _check_attention("pallas_gpu", hopper, t=160, h=4, kh=2, d=16, window=100, sink=True,
+                   dtype=jnp.float32)
+
+
 TPU_CASES = [
     dict(t=37, h=3, kh=1, d=12, window=5, sink=True, dtype=jnp.float32),
     dict(t=32, h=2, kh=2, d=16, window=0, sink=False, dtype=jnp.bfloat16),
