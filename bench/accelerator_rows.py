@@ -91,7 +91,7 @@ def _timings(fn, inputs, reps, grad_argnums, trace_dir=None) -> dict[str, float]
   return out
 
 
-def tile_counts(t: int, entry_ends_C, window: int, implementation: str) -> dict:
+def tile_counts(t: int, entry_ends_C, window: int, implementation: str, group: int) -> dict:
   """Executed / needed tiles and pairs of each kernel of ``implementation`` on this layout."""
   from kernels import tiles as tiles_lib
 
@@ -100,7 +100,8 @@ def tile_counts(t: int, entry_ends_C, window: int, implementation: str) -> dict:
         else kernels.AttentionBlockSizes.tpu())  # what chunk_attention picks on this device
   make = tiles_lib.gpu_tiles if platform == "gpu" else tiles_lib.tpu_tiles
   entry_ends_C = np.asarray(entry_ends_C)
-  tiles = make(bs, t, entry_ends_C.shape[0])
+  tiles = (make(bs, t, entry_ends_C.shape[0], group) if platform == "gpu"
+           else make(bs, t, entry_ends_C.shape[0]))
   seg = np.zeros(t, np.int64)
   out = {}
   for kernel in (k for k in tiles_lib.KERNELS if k.startswith(platform)):
@@ -143,9 +144,11 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
     row = dict(base, op=name, impl=implementation, interpret=interpret and name != "full",
                useful_fwd_flops=per_score * pairs)
     if name == "compressed":
-      row["tiles"] = tile_counts(t, entry_ends[0], dims["window"], implementation)
+      row["tiles"] = tile_counts(t, entry_ends[0], dims["window"], implementation,
+                                 dims["heads"] // dims["kv_heads"])
     elif name == "full_kernel":
-      row["tiles"] = tile_counts(t, np.full(1, kernels.PAD_END), t, implementation)
+      row["tiles"] = tile_counts(t, np.full(1, kernels.PAD_END), t, implementation,
+                                 dims["heads"] // dims["kv_heads"])
     try:
       row.update(_timings(fn, inputs, reps, argnums, trace_dir and os.path.join(
           trace_dir, f"T{t}_M{chunk}_{name}")))

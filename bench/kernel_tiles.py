@@ -5,13 +5,13 @@
 
 Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and the two dk/dv kernels, and the
 TPU ones, whose grid also walks a static worst case), per layout (the accelerator bench's:
-Qwen3-0.6B's window W = 128, one document, entries every M = 4 tokens or at Bernoulli(1/4)
-ends; the same with 16 documents; full attention as the kernel runs it, a whole-row window and
-no entries) and per tile set (the GPU and TPU defaults of ``kernels.AttentionBlockSizes`` and
-its per-device table's H200 entry):
-executed tiles / needed tiles (tiles holding a visible score; the goal: <= 1.10), and executed
-pairs / useful pairs (the masked share inside the tiles run). No device and no timing: the
-counts follow from the layout and the loop bounds alone.
+Qwen3-0.6B's window W = 128 and G = 2 query heads per kv head, one document, entries every
+M = 4 tokens or at Bernoulli(1/4) ends; the same with 16 documents; full attention as the
+kernel runs it, a whole-row window and no entries) and per tile set (the GPU and TPU defaults
+of ``kernels.AttentionBlockSizes`` and its per-device table's H200 entry): executed tiles /
+needed tiles (tiles holding a visible score; the goal: <= 1.10), executed pairs / useful
+pairs (the masked share inside the tiles run) and the tiles that build a mask. No device and
+no timing: the counts follow from the layout and the loop bounds alone.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from kernels import AttentionBlockSizes
 from kernels import tiles as tiles_lib
 
 WINDOW = 128
+GROUP = 2  # query heads per kv head: Qwen3-0.6B's 16 over 8
 GOAL = 1.10  # executed tiles within 10% of the needed ones
 TILE_SETS = {  # the default tiles of each platform and the per-device table's Hopper entry
     "gpu default": AttentionBlockSizes.gpu(),
@@ -64,8 +65,10 @@ def rows(seq_lens: list[int]) -> list[dict]:
       ends_c = np.concatenate([ends, np.full(-(-c // 128) * 128 - len(ends), tiles_lib.PAD_END)])
       for kernel, tile_set in ((k, s) for k in tiles_lib.KERNELS for s in TILE_SETS
                                if s.startswith(k.split("_")[0])):
-        tiles = (tiles_lib.gpu_tiles if kernel.startswith("gpu") else tiles_lib.tpu_tiles)(
-            TILE_SETS[tile_set], t, len(ends_c))
+        if kernel.startswith("gpu"):
+          tiles = tiles_lib.gpu_tiles(TILE_SETS[tile_set], t, len(ends_c), GROUP)
+        else:
+          tiles = tiles_lib.tpu_tiles(TILE_SETS[tile_set], t, len(ends_c))
         n = tiles_lib.count(kernel, seg, ends_c, window, tiles)
         out.append(dict(T=t, layout=name, kernel=kernel, tile_set=tile_set,
                         tiles=list(vars(tiles).values()),

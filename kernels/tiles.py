@@ -23,7 +23,6 @@ import numpy as np
 
 from kernels.block_sizes import AttentionBlockSizes
 from kernels.layout import PAD_END
-from kernels.padding import gpu_tile
 
 KERNELS = ("gpu_fwd", "gpu_dq", "gpu_dkv_raw", "gpu_dkv_entries", "tpu_fwd", "tpu_dq",
            "tpu_dkv_raw", "tpu_dkv_entries")
@@ -39,6 +38,7 @@ class Tiles:
   bq_bwd: int
   bk_bwd: int
   bc_bwd: int
+  bq_fwd: int = 0  # tokens per GPU forward program (0: bq; bq / G with one program per kv head)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +64,13 @@ class Count:
     return self.executed_pairs / max(self.useful_pairs, 1)
 
 
-def gpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int) -> Tiles:
-  """The tiles ``attention_gpu`` runs with for T = t, C = c (clamped as its ``_config``)."""
-  bs = block_sizes
-  return Tiles(*(gpu_tile(n, t) for n in (bs.block_q, bs.block_k)), gpu_tile(bs.block_c, c),
-               *(gpu_tile(n, t) for n in (bs.block_q_bwd, bs.block_k_bwd)),
-               gpu_tile(bs.block_c_bwd, c))
+def gpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) -> Tiles:
+  """The tiles ``attention_gpu`` runs with for T = t, C = c and G = group query heads per kv
+  head (clamped and grouped as its ``_config``)."""
+  from kernels import attention_gpu
+
+  cfg = attention_gpu._config(block_sizes, t, c, 0, 1.0, group, True)
+  return Tiles(cfg.bq, cfg.bk, cfg.bc, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd, cfg.bq_fwd)
 
 
 def tpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int) -> Tiles:
@@ -165,6 +166,8 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
   rlo, rhi, elo, ehi, doc_end, raw_useful, entry_useful = _intervals(seg_p, ends_p, window, t)
   real = np.arange(tp) < t
   per = lambda a, n: a.reshape(-1, n)
+  if kernel == "gpu_fwd" and x.bq_fwd:  # its own token tile (one program per kv head)
+    x = dataclasses.replace(x, bq=x.bq_fwd)
   if kernel.endswith(("fwd", "dq")):
     nq = tp // x.bq
     raw_need = _needed(rlo, rhi, real, x.bq, x.bk, tp // x.bk)

@@ -85,6 +85,20 @@ def test_pallas_gpu_attention_matches_reference_with_gradients(case):
   _check_attention("pallas_gpu", SMALL_GPU, **case)
 
 
+@pytest.mark.parametrize("h,kh", [(4, 2), (8, 2), (6, 2)], ids=["G2", "G4", "G3"])
+def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh):
+  # 64-row query tiles: G = 2 and 4 run one forward program per kv head (32 and 16 tokens x
+  # G heads per tile); G = 3 (not a power of two) keeps one program per head.
+  from kernels import attention_gpu
+
+  tiles = kernels.AttentionBlockSizes(block_q=64, block_k=16, block_c=16, block_q_bwd=16,
+                                      block_k_bwd=16, block_c_bwd=16)
+  cfg = attention_gpu._config(tiles, 40, 16, 7, 1.0, h // kh, True)
+  assert (cfg.fwd_group, cfg.bq_fwd) == {2: (2, 32), 4: (4, 16), 3: (1, 64)}[h // kh]
+  _check_attention("pallas_gpu", tiles, t=40, h=h, kh=kh, d=16, window=7, sink=True,
+                   dtype=jnp.float32)
+
+
 def test_pallas_gpu_attention_with_the_hopper_tiles_matches_reference_with_gradients():
   # The per-device table's tiles (128-row forward, 64-row backward) unclamped: T = 160 pads to
   # two 128-row query blocks; a window of 100 gives interior and boundary blocks.

@@ -1,0 +1,187 @@
+"""chunk_attention on GPU, backward: the Pallas Triton dq and dk/dv kernels.
+
+dq runs the forward's loops (boundary blocks masked, interior ones not); dk/dv run one program
+per key block and per entry block, each looping over the query blocks that can see it and over
+the H/K query heads of its group, so GQA/MQA gradients are summed in registers, not in HBM.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from kernels.attention_gpu_common import (
+  F32,
+  Cfg,
+  cdiv,
+  dot,
+  dot_t,
+  dot_tn,
+  entry_blocks,
+  entry_mask,
+  q_spec,
+  raw_blocks,
+  raw_mask,
+  split_loops,
+)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_ref, eseg_ref,
+               kvlo_ref, elo_ref, ehi_ref, do_ref, lse_ref, delta_ref, dq_ref, *, cfg: Cfg):
+  i = pl.program_id(0)
+  bq, bk, bc = cfg.bq, cfg.bk, cfg.bc
+  q, do = q_ref[...], do_ref[...]
+  lse, delta = lse_ref[...], delta_ref[...]
+  seg_q = segq_ref[...]
+  t_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
+
+  def grad_step(dq, s, mask, k, v):
+    p = jnp.exp(s - lse[:, None])
+    if mask is not None:
+      p = jnp.where(mask, p, 0.0)
+    ds = p * (dot_t(do, v) - delta[:, None])
+    return dq + dot(ds.astype(k.dtype), k)
+
+  dq = jnp.zeros(q.shape, F32)
+  if cfg.window > 0:
+    def raw_body(j, dq, masked=True):
+      k = k_ref[pl.ds(j * bk, bk), :]
+      mask = raw_mask(t_pos, j * bk + jnp.arange(bk, dtype=jnp.int32), seg_q,
+                       segk_ref[pl.ds(j * bk, bk)], cfg.window) if masked else None
+      return grad_step(dq, dot_t(q, k) * cfg.scale, mask, k, v_ref[pl.ds(j * bk, bk), :])
+
+    dq = split_loops(*raw_blocks(i, bq, bk, kvlo_ref[...]), raw_body,
+                functools.partial(raw_body, masked=False), dq)
+
+  def entry_body(j, dq, masked=True):
+    ek = ek_ref[pl.ds(j * bc, bc), :]
+    seg_e = eseg_ref[pl.ds(j * bc, bc)]
+    if masked:
+      mask = entry_mask(t_pos, eends_ref[pl.ds(j * bc, bc)], seg_q, seg_e)
+    else:
+      mask = (seg_e == jnp.max(seg_q))[None, :]
+    return grad_step(dq, dot_t(q, ek) * cfg.scale, mask, ek, ev_ref[pl.ds(j * bc, bc), :])
+
+  dq = split_loops(*entry_blocks(bc, elo_ref[...], ehi_ref[...]), entry_body,
+              functools.partial(entry_body, masked=False), dq)
+  dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
+
+
+def _dkv_loop(cfg: Cfg, k, v, key_mask, q_ref, do_ref, lse_ref, delta_ref, q_lo, q_hi):
+  """dk, dv of one key tile, summed over the query blocks [q_lo, q_hi) and the group's heads."""
+  bqb = cfg.bq_bwd
+
+  def q_body(ii, carry, g):
+    dk, dv = carry
+    rows = pl.ds(ii * bqb, bqb)
+    q = q_ref[rows, g, :]
+    do = do_ref[rows, g, :]
+    t_pos = ii * bqb + jnp.arange(bqb, dtype=jnp.int32)
+    s = dot_t(q, k) * cfg.scale
+    p = jnp.where(key_mask(t_pos, rows), jnp.exp(s - lse_ref[g, rows][:, None]), 0.0)
+    dv = dv + dot_tn(p.astype(do.dtype), do)
+    ds = p * (dot_t(do, v) - delta_ref[g, rows][:, None])
+    dk = dk + dot_tn(ds.astype(q.dtype), q)
+    return dk, dv
+
+  def head_body(g, carry):
+    return jax.lax.fori_loop(q_lo, q_hi, functools.partial(q_body, g=g), carry)
+
+  zeros = jnp.zeros(k.shape, F32)
+  return jax.lax.fori_loop(0, cfg.group, head_body, (zeros, zeros))
+
+
+def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, lse_ref,
+                    delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
+  j = pl.program_id(0)
+  bkb = cfg.bk_bwd
+  s_pos = j * bkb + jnp.arange(bkb, dtype=jnp.int32)
+  seg_k = segk_ref[...]
+
+  def key_mask(t_pos, rows):
+    return raw_mask(t_pos, s_pos, segq_ref[rows], seg_k, cfg.window)
+
+  q_lo = jax.lax.div(j * bkb, cfg.bq_bwd)
+  q_hi = cdiv(jnp.max(qhi_ref[...]), cfg.bq_bwd)
+  dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, q_ref, do_ref, lse_ref, delta_ref,
+                     q_lo, q_hi)
+  dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
+  dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _dkv_entry_kernel(ek_ref, ev_ref, eends_ref, eseg_ref, eqlo_ref, eqhi_ref, q_ref, do_ref,
+                      segq_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
+  ends, seg_e = eends_ref[...], eseg_ref[...]
+
+  def key_mask(t_pos, rows):
+    return entry_mask(t_pos, ends, segq_ref[rows], seg_e)
+
+  q_lo = jax.lax.div(jnp.min(eqlo_ref[...]), cfg.bq_bwd)
+  q_hi = cdiv(jnp.max(eqhi_ref[...]), cfg.bq_bwd)
+  dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, q_ref, do_ref, lse_ref, delta_ref,
+                     q_lo, q_hi)
+  dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
+  dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def backward_kernels(cfg: Cfg, res, do):
+  q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi, kqhi, eqlo, eqhi, o, lse = res
+  b, tp, h, dp = q.shape
+  kh, cp, g = k.shape[2], ek.shape[1], cfg.group
+  delta = jnp.einsum("bthd,bthd->bht", o.astype(F32), do.astype(F32))
+  full_kv = pl.BlockSpec((None, tp, None, dp), lambda i, b_, h_: (b_, 0, h_ // g, 0))
+  full_e = pl.BlockSpec((None, cp, None, dp), lambda i, b_, h_: (b_, 0, h_ // g, 0))
+  q_vec = pl.BlockSpec((None, cfg.bq), lambda i, b_, h_: (b_, i))
+  row_t = pl.BlockSpec((None, tp), lambda i, b_, h_: (b_, 0))
+  row_c = pl.BlockSpec((None, cp), lambda i, b_, h_: (b_, 0))
+  head_t = pl.BlockSpec((None, None, cfg.bq), lambda i, b_, h_: (b_, h_, i))
+  dq = pl.pallas_call(
+      functools.partial(_dq_kernel, cfg=cfg),
+      grid=(tp // cfg.bq, b, h),
+      in_specs=[q_spec(cfg, dp), full_kv, full_kv, q_vec, row_t, full_e, full_e, row_c, row_c,
+                q_vec, q_vec, q_vec, q_spec(cfg, dp), head_t, head_t],
+      out_specs=q_spec(cfg, dp),
+      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+      compiler_params=cfg.params,
+      interpret=cfg.interpret,
+      name="chunk_attention_dq",
+  )(q, k, v, seg, seg, ek, ev, eends, eseg, kvlo, elo, ehi, do, lse, delta)
+
+  # dk/dv programs see every query head of their group: G heads of q, do, lse and delta.
+  group_q = pl.BlockSpec((None, tp, g, dp), lambda j, b_, kv: (b_, 0, kv, 0))
+  group_t = pl.BlockSpec((None, g, tp), lambda j, b_, kv: (b_, kv, 0))
+  seg_all = pl.BlockSpec((None, tp), lambda j, b_, kv: (b_, 0))
+  common = [group_q, group_q, seg_all, group_t, group_t]
+  dk = dv = jnp.zeros(k.shape, k.dtype)
+  if cfg.window > 0:
+    key_tile = pl.BlockSpec((None, cfg.bk_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
+    key_vec = pl.BlockSpec((None, cfg.bk_bwd), lambda j, b_, kv: (b_, j))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_raw_kernel, cfg=cfg),
+        grid=(tp // cfg.bk_bwd, b, kh),
+        in_specs=[key_tile, key_tile, key_vec, key_vec] + common,
+        out_specs=[key_tile, key_tile],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2,
+        compiler_params=cfg.params,
+        interpret=cfg.interpret,
+        name="chunk_attention_dkv_raw",
+    )(k, v, seg, kqhi, q, do, seg, lse, delta)
+  entry_tile = pl.BlockSpec((None, cfg.bc_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
+  entry_vec = pl.BlockSpec((None, cfg.bc_bwd), lambda j, b_, kv: (b_, j))
+  dek, dev = pl.pallas_call(
+      functools.partial(_dkv_entry_kernel, cfg=cfg),
+      grid=(cp // cfg.bc_bwd, b, kh),
+      in_specs=[entry_tile, entry_tile, entry_vec, entry_vec, entry_vec, entry_vec] + common,
+      out_specs=[entry_tile, entry_tile],
+      out_shape=[jax.ShapeDtypeStruct(ek.shape, ek.dtype)] * 2,
+      compiler_params=cfg.params,
+      interpret=cfg.interpret,
+      name="chunk_attention_dkv_entries",
+  )(ek, ev, eends, eseg, eqlo, eqhi, q, do, seg, lse, delta)
+  # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
+  dsink = -jnp.sum(jnp.exp(sink_hq[:, :1].T[:, :, None] - lse) * delta, axis=(0, 2))
+  dsink_hq = jnp.zeros_like(sink_hq).at[:, 0].set(dsink)
+  return dq, dk, dv, dek, dev, dsink_hq
