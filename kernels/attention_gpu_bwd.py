@@ -1,8 +1,9 @@
 """chunk_attention on GPU, backward: the Pallas Triton dq and dk/dv kernels.
 
 dq runs the forward's loops (boundary blocks masked, interior ones not); dk/dv run one program
-per key block and per entry block, each looping over the query blocks that can see it and over
-the H/K query heads of its group, so GQA/MQA gradients are summed in registers, not in HBM.
+per key block and per entry block, each looping over the query blocks that can see it with the
+H/K query heads of its group as extra rows of each step (a power-of-two group; else a serial
+loop over them), so GQA/MQA gradients are summed in registers, not in HBM.
 """
 
 from __future__ import annotations
@@ -70,28 +71,45 @@ def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_re
   dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
 
 
-def _dkv_loop(cfg: Cfg, k, v, key_mask, q_ref, do_ref, lse_ref, delta_ref, q_lo, q_hi):
-  """dk, dv of one key tile, summed over the query blocks [q_lo, q_hi) and the group's heads."""
-  bqb = cfg.bq_bwd
+def _dkv_loop(cfg: Cfg, k, v, key_mask, q_ref, do_ref, segq_ref, lse_ref, delta_ref, q_lo,
+              q_hi):
+  """dk, dv of one key tile, summed over the query blocks [q_lo, q_hi) and the group's heads.
 
-  def q_body(ii, carry, g):
+  ``cfg.fwd_group > 1``: the G heads are G extra rows per token of each query step (lse and
+  delta laid out B x Tp x H), so one loop over query blocks serves the whole group; else a
+  serial loop over the heads around it.
+  """
+  bqb, g = cfg.bq_bwd, cfg.group
+
+  def step(carry, q, do, lse, delta, mask):
     dk, dv = carry
-    rows = pl.ds(ii * bqb, bqb)
-    q = q_ref[rows, g, :]
-    do = do_ref[rows, g, :]
-    t_pos = ii * bqb + jnp.arange(bqb, dtype=jnp.int32)
     s = dot_t(q, k) * cfg.scale
-    p = jnp.where(key_mask(t_pos, rows), jnp.exp(s - lse_ref[g, rows][:, None]), 0.0)
+    p = jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0)
     dv = dv + dot_tn(p.astype(do.dtype), do)
-    ds = p * (dot_t(do, v) - delta_ref[g, rows][:, None])
-    dk = dk + dot_tn(ds.astype(q.dtype), q)
-    return dk, dv
+    ds = p * (dot_t(do, v) - delta[:, None])
+    return dk + dot_tn(ds.astype(q.dtype), q), dv
 
-  def head_body(g, carry):
-    return jax.lax.fori_loop(q_lo, q_hi, functools.partial(q_body, g=g), carry)
+  def grouped_body(ii, carry):
+    rows = pl.ds(ii * bqb, bqb)
+    flat = lambda x: x.reshape((bqb * g,) + x.shape[2:])  # row t * G + head
+    per_row = lambda x: jnp.broadcast_to(x[:, None], (bqb, g)).reshape(bqb * g)
+    t_pos = per_row(ii * bqb + jnp.arange(bqb, dtype=jnp.int32))
+    return step(carry, flat(q_ref[rows, :, :]), flat(do_ref[rows, :, :]),
+                flat(lse_ref[rows, :]), flat(delta_ref[rows, :]),
+                key_mask(t_pos, per_row(segq_ref[rows])))
+
+  def head_body(h, carry):
+    def q_body(ii, carry):
+      rows = pl.ds(ii * bqb, bqb)
+      t_pos = ii * bqb + jnp.arange(bqb, dtype=jnp.int32)
+      return step(carry, q_ref[rows, h, :], do_ref[rows, h, :], lse_ref[h, rows],
+                  delta_ref[h, rows], key_mask(t_pos, segq_ref[rows]))
+    return jax.lax.fori_loop(q_lo, q_hi, q_body, carry)
 
   zeros = jnp.zeros(k.shape, F32)
-  return jax.lax.fori_loop(0, cfg.group, head_body, (zeros, zeros))
+  if cfg.fwd_group > 1:
+    return jax.lax.fori_loop(q_lo, q_hi, grouped_body, (zeros, zeros))
+  return jax.lax.fori_loop(0, g, head_body, (zeros, zeros))
 
 
 def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, lse_ref,
@@ -101,13 +119,13 @@ def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, ls
   s_pos = j * bkb + jnp.arange(bkb, dtype=jnp.int32)
   seg_k = segk_ref[...]
 
-  def key_mask(t_pos, rows):
-    return raw_mask(t_pos, s_pos, segq_ref[rows], seg_k, cfg.window)
+  def key_mask(t_pos, seg_q):
+    return raw_mask(t_pos, s_pos, seg_q, seg_k, cfg.window)
 
   q_lo = jax.lax.div(j * bkb, cfg.bq_bwd)
   q_hi = cdiv(jnp.max(qhi_ref[...]), cfg.bq_bwd)
-  dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, q_ref, do_ref, lse_ref, delta_ref,
-                     q_lo, q_hi)
+  dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, q_ref, do_ref, segq_ref, lse_ref,
+                     delta_ref, q_lo, q_hi)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -116,13 +134,13 @@ def _dkv_entry_kernel(ek_ref, ev_ref, eends_ref, eseg_ref, eqlo_ref, eqhi_ref, q
                       segq_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
   ends, seg_e = eends_ref[...], eseg_ref[...]
 
-  def key_mask(t_pos, rows):
-    return entry_mask(t_pos, ends, segq_ref[rows], seg_e)
+  def key_mask(t_pos, seg_q):
+    return entry_mask(t_pos, ends, seg_q, seg_e)
 
   q_lo = jax.lax.div(jnp.min(eqlo_ref[...]), cfg.bq_bwd)
   q_hi = cdiv(jnp.max(eqhi_ref[...]), cfg.bq_bwd)
-  dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, q_ref, do_ref, lse_ref, delta_ref,
-                     q_lo, q_hi)
+  dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, q_ref, do_ref, segq_ref, lse_ref,
+                     delta_ref, q_lo, q_hi)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -152,8 +170,13 @@ def backward_kernels(cfg: Cfg, res, do):
 
   # dk/dv programs see every query head of their group: G heads of q, do, lse and delta.
   group_q = pl.BlockSpec((None, tp, g, dp), lambda j, b_, kv: (b_, 0, kv, 0))
-  group_t = pl.BlockSpec((None, g, tp), lambda j, b_, kv: (b_, kv, 0))
   seg_all = pl.BlockSpec((None, tp), lambda j, b_, kv: (b_, 0))
+  if cfg.fwd_group > 1:  # the heads as rows: per-token lse and delta, B x Tp x H
+    group_t = pl.BlockSpec((None, tp, g), lambda j, b_, kv: (b_, 0, kv))
+    lse_g, delta_g = jnp.swapaxes(lse, 1, 2), jnp.swapaxes(delta, 1, 2)
+  else:
+    group_t = pl.BlockSpec((None, g, tp), lambda j, b_, kv: (b_, kv, 0))
+    lse_g, delta_g = lse, delta
   common = [group_q, group_q, seg_all, group_t, group_t]
   dk = dv = jnp.zeros(k.shape, k.dtype)
   if cfg.window > 0:
@@ -168,7 +191,7 @@ def backward_kernels(cfg: Cfg, res, do):
         compiler_params=cfg.params,
         interpret=cfg.interpret,
         name="chunk_attention_dkv_raw",
-    )(k, v, seg, kqhi, q, do, seg, lse, delta)
+    )(k, v, seg, kqhi, q, do, seg, lse_g, delta_g)
   entry_tile = pl.BlockSpec((None, cfg.bc_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
   entry_vec = pl.BlockSpec((None, cfg.bc_bwd), lambda j, b_, kv: (b_, j))
   dek, dev = pl.pallas_call(
@@ -180,7 +203,7 @@ def backward_kernels(cfg: Cfg, res, do):
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dkv_entries",
-  )(ek, ev, eends, eseg, eqlo, eqhi, q, do, seg, lse, delta)
+  )(ek, ev, eends, eseg, eqlo, eqhi, q, do, seg, lse_g, delta_g)
   # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
   dsink = -jnp.sum(jnp.exp(sink_hq[:, :1].T[:, :, None] - lse) * delta, axis=(0, 2))
   dsink_hq = jnp.zeros_like(sink_hq).at[:, 0].set(dsink)
