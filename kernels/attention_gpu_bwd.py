@@ -1,9 +1,11 @@
 """chunk_attention on GPU, backward: the Pallas Triton dq and dk/dv kernels.
 
-dq runs the forward's loops (boundary blocks masked, interior ones not); dk/dv run one program
-per key block and per entry block, each looping over the query blocks that can see it with the
-H/K query heads of its group as extra rows of each step (a power-of-two group; else a serial
-loop over them), so GQA/MQA gradients are summed in registers, not in HBM.
+dq runs the forward's programs and loops (one program per kv head serving its group where the
+forward does; boundary blocks masked, interior ones not); dk/dv run one program
+per key block and per entry block, each looping over the query blocks that can see it (again
+boundary blocks masked, interior ones not) with the H/K query heads of its group as extra rows
+of each step (a power-of-two group; else a serial loop over them), so GQA/MQA gradients are
+summed in registers, not in HBM.
 """
 
 from __future__ import annotations
@@ -33,11 +35,18 @@ from kernels.attention_gpu_common import (
 def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_ref, eseg_ref,
                kvlo_ref, elo_ref, ehi_ref, do_ref, lse_ref, delta_ref, dq_ref, *, cfg: Cfg):
   i = pl.program_id(0)
-  bq, bk, bc = cfg.bq, cfg.bk, cfg.bc
+  bk, bc, gf = cfg.bk, cfg.bc, cfg.fwd_group
+  bq = cfg.bq_fwd if gf > 1 else cfg.bq
   q, do = q_ref[...], do_ref[...]
   lse, delta = lse_ref[...], delta_ref[...]
   seg_q = segq_ref[...]
   t_pos = i * bq + jnp.arange(bq, dtype=jnp.int32)
+  if gf > 1:  # one program per kv head, as the forward: its group's heads as extra rows
+    rows = bq * gf
+    q, do = q.reshape(rows, q.shape[-1]), do.reshape(rows, do.shape[-1])
+    lse, delta = lse.reshape(rows), delta.reshape(rows)
+    per_row = lambda x: jnp.broadcast_to(x[:, None], (bq, gf)).reshape(rows)
+    seg_q, t_pos = per_row(seg_q), per_row(t_pos)
 
   def grad_step(dq, s, mask, k, v):
     p = jnp.exp(s - lse[:, None])
@@ -67,65 +76,77 @@ def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_re
     return grad_step(dq, dot_t(q, ek) * cfg.scale, mask, ek, ev_ref[pl.ds(j * bc, bc), :])
 
   dq = split_loops(*entry_blocks(bc, elo_ref[...], ehi_ref[...]), entry_body,
-              functools.partial(entry_body, masked=False), dq)
-  dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
+                   functools.partial(entry_body, masked=False), dq)
+  dq = (dq * cfg.scale).astype(dq_ref.dtype)
+  dq_ref[...] = dq.reshape(bq, gf, dq.shape[-1]) if gf > 1 else dq
 
 
-def _dkv_loop(cfg: Cfg, k, v, key_mask, q_ref, do_ref, segq_ref, lse_ref, delta_ref, q_lo,
-              q_hi):
-  """dk, dv of one key tile, summed over the query blocks [q_lo, q_hi) and the group's heads.
+def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, lse_ref,
+              delta_ref, bounds):
+  """dk, dv of one key tile, summed over its query blocks and the group's heads.
 
-  ``cfg.fwd_group > 1``: the G heads are G extra rows per token of each query step (lse and
-  delta laid out B x Tp x H), so one loop over query blocks serves the whole group; else a
-  serial loop over the heads around it.
+  ``bounds`` = (lo, hi, first interior, stop interior) query blocks: the boundary ones are
+  masked by ``key_mask(t_pos, seg_q)``, the interior ones (every query sees every key of the
+  tile) only by ``column_mask(seg_q)`` (None, or a 1 x keys row). ``cfg.fwd_group > 1``: the G
+  heads are G extra rows per token of each query step (lse and delta laid out B x Tp x H), so
+  one loop over query blocks serves the whole group; else a serial loop over the heads.
   """
   bqb, g = cfg.bq_bwd, cfg.group
 
   def step(carry, q, do, lse, delta, mask):
     dk, dv = carry
     s = dot_t(q, k) * cfg.scale
-    p = jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0)
+    p = jnp.exp(s - lse[:, None])
+    if mask is not None:
+      p = jnp.where(mask, p, 0.0)
     dv = dv + dot_tn(p.astype(do.dtype), do)
     ds = p * (dot_t(do, v) - delta[:, None])
     return dk + dot_tn(ds.astype(q.dtype), q), dv
 
-  def grouped_body(ii, carry):
+  def mask_of(t_pos, seg_q, masked):
+    return key_mask(t_pos, seg_q) if masked else column_mask(seg_q)
+
+  def grouped_body(ii, carry, masked=True):
     rows = pl.ds(ii * bqb, bqb)
     flat = lambda x: x.reshape((bqb * g,) + x.shape[2:])  # row t * G + head
     per_row = lambda x: jnp.broadcast_to(x[:, None], (bqb, g)).reshape(bqb * g)
     t_pos = per_row(ii * bqb + jnp.arange(bqb, dtype=jnp.int32))
     return step(carry, flat(q_ref[rows, :, :]), flat(do_ref[rows, :, :]),
                 flat(lse_ref[rows, :]), flat(delta_ref[rows, :]),
-                key_mask(t_pos, per_row(segq_ref[rows])))
+                mask_of(t_pos, per_row(segq_ref[rows]), masked))
 
   def head_body(h, carry):
-    def q_body(ii, carry):
+    def q_body(ii, carry, masked=True):
       rows = pl.ds(ii * bqb, bqb)
       t_pos = ii * bqb + jnp.arange(bqb, dtype=jnp.int32)
       return step(carry, q_ref[rows, h, :], do_ref[rows, h, :], lse_ref[h, rows],
-                  delta_ref[h, rows], key_mask(t_pos, segq_ref[rows]))
-    return jax.lax.fori_loop(q_lo, q_hi, q_body, carry)
+                  delta_ref[h, rows], mask_of(t_pos, segq_ref[rows], masked))
+    return split_loops(*bounds, q_body, functools.partial(q_body, masked=False), carry)
 
   zeros = jnp.zeros(k.shape, F32)
   if cfg.fwd_group > 1:
-    return jax.lax.fori_loop(q_lo, q_hi, grouped_body, (zeros, zeros))
+    return split_loops(*bounds, grouped_body, functools.partial(grouped_body, masked=False),
+                       (zeros, zeros))
   return jax.lax.fori_loop(0, g, head_body, (zeros, zeros))
 
 
 def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, lse_ref,
                     delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
   j = pl.program_id(0)
-  bkb = cfg.bk_bwd
+  bkb, bqb = cfg.bk_bwd, cfg.bq_bwd
   s_pos = j * bkb + jnp.arange(bkb, dtype=jnp.int32)
   seg_k = segk_ref[...]
 
   def key_mask(t_pos, seg_q):
     return raw_mask(t_pos, s_pos, seg_q, seg_k, cfg.window)
 
-  q_lo = jax.lax.div(j * bkb, cfg.bq_bwd)
-  q_hi = cdiv(jnp.max(qhi_ref[...]), cfg.bq_bwd)
-  dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, q_ref, do_ref, segq_ref, lse_ref,
-                     delta_ref, q_lo, q_hi)
+  # Key s is seen by queries [s, kqhi[s]) (kqhi non-decreasing): query block ii sees the whole
+  # tile when it starts at or after the tile's last key and ends before the first key's kqhi.
+  qhi = qhi_ref[...]
+  bounds = (jax.lax.div(j * bkb, bqb), cdiv(jnp.max(qhi), bqb), cdiv(j * bkb + bkb - 1, bqb),
+            jax.lax.div(jnp.min(qhi), bqb))
+  dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, lambda seg_q: None, q_ref, do_ref,
+                     segq_ref, lse_ref, delta_ref, bounds)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -133,14 +154,19 @@ def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, ls
 def _dkv_entry_kernel(ek_ref, ev_ref, eends_ref, eseg_ref, eqlo_ref, eqhi_ref, q_ref, do_ref,
                       segq_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
   ends, seg_e = eends_ref[...], eseg_ref[...]
+  bqb = cfg.bq_bwd
 
   def key_mask(t_pos, seg_q):
     return entry_mask(t_pos, ends, seg_q, seg_e)
 
-  q_lo = jax.lax.div(jnp.min(eqlo_ref[...]), cfg.bq_bwd)
-  q_hi = cdiv(jnp.max(eqhi_ref[...]), cfg.bq_bwd)
-  dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, q_ref, do_ref, segq_ref, lse_ref,
-                     delta_ref, q_lo, q_hi)
+  def column_mask(seg_q):  # interior queries share one document: the entries' own ids only
+    return (seg_e == jnp.max(seg_q))[None, :]
+
+  eqlo, eqhi = eqlo_ref[...], eqhi_ref[...]
+  bounds = (jax.lax.div(jnp.min(eqlo), bqb), cdiv(jnp.max(eqhi), bqb),
+            cdiv(jnp.max(eqlo), bqb), jax.lax.div(jnp.min(eqhi), bqb))
+  dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, column_mask, q_ref, do_ref,
+                     segq_ref, lse_ref, delta_ref, bounds)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -150,23 +176,33 @@ def backward_kernels(cfg: Cfg, res, do):
   b, tp, h, dp = q.shape
   kh, cp, g = k.shape[2], ek.shape[1], cfg.group
   delta = jnp.einsum("bthd,bthd->bht", o.astype(F32), do.astype(F32))
-  full_kv = pl.BlockSpec((None, tp, None, dp), lambda i, b_, h_: (b_, 0, h_ // g, 0))
-  full_e = pl.BlockSpec((None, cp, None, dp), lambda i, b_, h_: (b_, 0, h_ // g, 0))
-  q_vec = pl.BlockSpec((None, cfg.bq), lambda i, b_, h_: (b_, i))
+  gf = cfg.fwd_group
+  bq = cfg.bq_fwd if gf > 1 else cfg.bq
+  kv_head = (lambda h_: h_) if gf > 1 else (lambda h_: h_ // g)  # grid axis 2 -> kv head
+  full_kv = pl.BlockSpec((None, tp, None, dp), lambda i, b_, h_: (b_, 0, kv_head(h_), 0))
+  full_e = pl.BlockSpec((None, cp, None, dp), lambda i, b_, h_: (b_, 0, kv_head(h_), 0))
+  q_vec = pl.BlockSpec((None, bq), lambda i, b_, h_: (b_, i))
   row_t = pl.BlockSpec((None, tp), lambda i, b_, h_: (b_, 0))
   row_c = pl.BlockSpec((None, cp), lambda i, b_, h_: (b_, 0))
-  head_t = pl.BlockSpec((None, None, cfg.bq), lambda i, b_, h_: (b_, h_, i))
+  if gf > 1:  # one program per kv head: tiles of bq tokens x its G heads, lse/delta B x Tp x H
+    tile = pl.BlockSpec((None, bq, gf, dp), lambda i, b_, kv: (b_, i, kv, 0))
+    head_t = pl.BlockSpec((None, bq, gf), lambda i, b_, kv: (b_, i, kv))
+    lse_q, delta_q = jnp.swapaxes(lse, 1, 2), jnp.swapaxes(delta, 1, 2)
+  else:
+    tile = q_spec(cfg, dp)
+    head_t = pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i))
+    lse_q, delta_q = lse, delta
   dq = pl.pallas_call(
       functools.partial(_dq_kernel, cfg=cfg),
-      grid=(tp // cfg.bq, b, h),
-      in_specs=[q_spec(cfg, dp), full_kv, full_kv, q_vec, row_t, full_e, full_e, row_c, row_c,
-                q_vec, q_vec, q_vec, q_spec(cfg, dp), head_t, head_t],
-      out_specs=q_spec(cfg, dp),
+      grid=(tp // bq, b, h // gf),
+      in_specs=[tile, full_kv, full_kv, q_vec, row_t, full_e, full_e, row_c, row_c,
+                q_vec, q_vec, q_vec, tile, head_t, head_t],
+      out_specs=tile,
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dq",
-  )(q, k, v, seg, seg, ek, ev, eends, eseg, kvlo, elo, ehi, do, lse, delta)
+  )(q, k, v, seg, seg, ek, ev, eends, eseg, kvlo, elo, ehi, do, lse_q, delta_q)
 
   # dk/dv programs see every query head of their group: G heads of q, do, lse and delta.
   group_q = pl.BlockSpec((None, tp, g, dp), lambda j, b_, kv: (b_, 0, kv, 0))

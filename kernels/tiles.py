@@ -5,7 +5,7 @@ tiles a kernel runs with, ``count`` replays the kernel's loop bounds program by 
 returns how many tiles it computes (``executed``), how many tiles hold at least one visible
 (query, key) pair (``needed``), and the visible pairs themselves (``useful_pairs``) against
 the pairs its tiles cover (``executed_pairs``), and how many of the executed tiles build and
-apply a mask (``masked``: the GPU forward and dq run interior tiles unmasked). Counts are per
+apply a mask (``masked``: the GPU kernels run interior tiles unmasked). Counts are per
 query head (the dk/dv kernels
 loop over a kv head's G query heads, G tiles per kv-head program: the same per query head).
 
@@ -134,10 +134,10 @@ def _ran(lo_N, hi_N, n_inner):
   return (j[None, :] >= lo_N[:, None]) & (j[None, :] < hi_N[:, None])
 
 
-def _count(ran, needed, area, useful, grid_steps):
+def _count(ran, needed, area, useful, grid_steps, masked=-1):
   return Count(executed=int(ran.sum()), needed=int(needed.sum()), missed=int(
       (needed & ~ran).sum()), executed_pairs=int(ran.sum()) * area, useful_pairs=useful,
-      grid_steps=int(grid_steps))
+      grid_steps=int(grid_steps), masked=masked)
 
 
 def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -> Count:
@@ -166,7 +166,7 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
   rlo, rhi, elo, ehi, doc_end, raw_useful, entry_useful = _intervals(seg_p, ends_p, window, t)
   real = np.arange(tp) < t
   per = lambda a, n: a.reshape(-1, n)
-  if kernel == "gpu_fwd" and x.bq_fwd:  # its own token tile (one program per kv head)
+  if kernel in ("gpu_fwd", "gpu_dq") and x.bq_fwd:  # token tile of a per-kv-head program
     x = dataclasses.replace(x, bq=x.bq_fwd)
   if kernel.endswith(("fwd", "dq")):
     nq = tp // x.bq
@@ -211,7 +211,10 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
       hi = np.minimum(hi, lo + q_steps)
       steps = nk * q_steps
     ran = _ran(lo, hi, nq)
-    return _count(ran, need, x.bq_bwd * x.bk_bwd, raw_useful, steps or int(ran.sum()))
+    full = _ran(_cdiv(np.arange(nk) * x.bk_bwd + x.bk_bwd - 1, x.bq_bwd),
+                per(kq_hi, x.bk_bwd).min(axis=1) // x.bq_bwd, nq)
+    return _count(ran, need, x.bq_bwd * x.bk_bwd, raw_useful, steps or int(ran.sum()),
+                  -1 if tpu else int((ran & ~full).sum()))
   nk, nq = cp // x.bc_bwd, tp // x.bq_bwd
   need = _needed(elo, ehi, real, x.bq_bwd, x.bc_bwd, nk).T
   inside = ends_p < tp
@@ -220,5 +223,8 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
   lo = per(eq_lo, x.bc_bwd).min(axis=1) // x.bq_bwd
   hi = _cdiv(per(eq_hi, x.bc_bwd).max(axis=1), x.bq_bwd)
   ran = _ran(lo, hi, nq)
+  full = _ran(_cdiv(per(eq_lo, x.bc_bwd).max(axis=1), x.bq_bwd),
+              per(eq_hi, x.bc_bwd).min(axis=1) // x.bq_bwd, nq)
   steps = nk * nq if tpu else int(ran.sum())
-  return _count(ran, need, x.bq_bwd * x.bc_bwd, entry_useful, steps)
+  return _count(ran, need, x.bq_bwd * x.bc_bwd, entry_useful, steps,
+                -1 if tpu else int((ran & ~full).sum()))

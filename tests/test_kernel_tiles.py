@@ -53,7 +53,7 @@ def _seen_in_full(segp, endsp, window, rows, cols, raw):
 
 def _brute(kernel, seg, ends, window, x):
   """(executed tiles, needed tiles, missed, useful pairs, masked) replaying the GPU kernels'
-  loops; masked: executed forward tiles some query of which does not see some key in full."""
+  loops; masked: executed tiles some query of which does not see some key of the tile."""
   t = seg.shape[0]
   tp = -(-t // max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)) * max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)
   cmax = max(x.bc, x.bc_bwd)
@@ -94,13 +94,17 @@ def _brute(kernel, seg, ends, window, x):
     for q in range(t):
       needed_set |= {(c // x.bc_bwd, q // x.bq_bwd) for c in range(cp) if ent[q, c]}
   useful = int(ent.sum()) if kernel == "gpu_dkv_entries" else int(raw.sum())
-  masked = len(executed)
   if kernel == "gpu_fwd":
     useful = int(raw.sum() + ent.sum())
     size = {"raw": x.bk, "ent": x.bc}
     masked = sum(not _seen_in_full(segp, endsp, window, range(i * x.bq, i * x.bq + x.bq),
                                    range(j * size[src], j * size[src] + size[src]), src == "raw")
                  for src, i, j in executed)
+  else:  # key-major tiles (key or entry block j, query block i)
+    size = x.bk_bwd if kernel == "gpu_dkv_raw" else x.bc_bwd
+    masked = sum(not _seen_in_full(segp, endsp, window, range(i * x.bq_bwd, (i + 1) * x.bq_bwd),
+                                   range(j * size, (j + 1) * size), kernel == "gpu_dkv_raw")
+                 for j, i in executed)
   return len(executed), len(needed_set), len(needed_set - executed), useful, masked
 
 
