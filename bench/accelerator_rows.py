@@ -13,6 +13,7 @@ plan's bytes (``memory_analysis``) and the measured peak (``device.memory_stats`
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import math
 import os
@@ -137,6 +138,12 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
       "full_kernel": (impl, causal, lambda q, k, v: dispatch.full_attention(
           q, k, v, seg, impl, interpret), (q, k, v), (0, 1, 2)),
   }
+  if impl == "pallas_gpu" and chunk == "4":  # the FlashAttention-2 backward beside the split one
+    fused = dataclasses.replace(kernels.AttentionBlockSizes.gpu(
+        None if interpret else jax.devices()[0].device_kind), backward="fused")
+    cases["compressed_fused_bwd"] = (impl, visible, lambda q, k, v, ek, ev: kernels.chunk_attention(
+        q, k, v, seg, ek, ev, entry_ends, entry_seg, window=dims["window"], implementation=impl,
+        interpret=interpret, block_sizes=fused), (q, k, v, ek, ev), (0, 1, 2, 3, 4))
   base = dict(section="kernels", T=t, M=chunk, dtype=jnp.dtype(dtype).name, capacity=capacity,
               **dims)
   rows = {}
@@ -170,7 +177,7 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
   if f["status"] == fk["status"] == "ok":  # the project's kernel as causal attention
     cmp.update(kernel_full_fwd_vs_best=f["fwd_ms"] / fk["fwd_ms"],
                kernel_full_fwd_bwd_vs_best=f["fwd_bwd_ms"] / fk["fwd_bwd_ms"])
-  return [c, f, fk, cmp]
+  return [*rows.values(), cmp]
 
 
 def _step_impl(c, backend: str) -> str:

@@ -186,7 +186,8 @@ def _config(block_sizes: AttentionBlockSizes, t: int, c: int, window: int, scale
              bq_fwd=bq // group if grouped else bq, bq=bq, bk=gpu_tile(bs.block_k, t),
              bc=gpu_tile(bs.block_c, c), bq_bwd=gpu_tile(bs.block_q_bwd, t),
              bk_bwd=gpu_tile(bs.block_k_bwd, t), bc_bwd=gpu_tile(bs.block_c_bwd, c),
-             num_warps=bs.num_warps, num_stages=bs.num_stages, interpret=bool(interpret))
+             num_warps=bs.num_warps, num_stages=bs.num_stages, interpret=bool(interpret),
+             fused_bwd=bs.backward == "fused")
 
 
 def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,

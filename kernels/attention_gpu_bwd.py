@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from kernels.attention_gpu_common import (
   F32,
@@ -82,7 +83,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, segq_ref, segk_ref, ek_ref, ev_ref, eends_re
 
 
 def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, lse_ref,
-              delta_ref, bounds):
+              delta_ref, bounds, dq_ref=None):
   """dk, dv of one key tile, summed over its query blocks and the group's heads.
 
   ``bounds`` = (lo, hi, first interior, stop interior) query blocks: the boundary ones are
@@ -90,10 +91,12 @@ def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, ls
   tile) only by ``column_mask(seg_q)`` (None, or a 1 x keys row). ``cfg.fwd_group > 1``: the G
   heads are G extra rows per token of each query step (lse and delta laid out B x Tp x H), so
   one loop over query blocks serves the whole group; else a serial loop over the heads.
+  ``dq_ref`` (the fused backward): each step also adds ds @ k to the query rows' dq (float32,
+  atomically: other key tiles add to the same rows).
   """
   bqb, g = cfg.bq_bwd, cfg.group
 
-  def step(carry, q, do, lse, delta, mask):
+  def step(carry, q, do, lse, delta, mask, add_dq):
     dk, dv = carry
     s = dot_t(q, k) * cfg.scale
     p = jnp.exp(s - lse[:, None])
@@ -101,6 +104,8 @@ def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, ls
       p = jnp.where(mask, p, 0.0)
     dv = dv + dot_tn(p.astype(do.dtype), do)
     ds = p * (dot_t(do, v) - delta[:, None])
+    if dq_ref is not None:
+      add_dq(dot(ds.astype(k.dtype), k) * cfg.scale)
     return dk + dot_tn(ds.astype(q.dtype), q), dv
 
   def mask_of(t_pos, seg_q, masked):
@@ -111,16 +116,19 @@ def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, ls
     flat = lambda x: x.reshape((bqb * g,) + x.shape[2:])  # row t * G + head
     per_row = lambda x: jnp.broadcast_to(x[:, None], (bqb, g)).reshape(bqb * g)
     t_pos = per_row(ii * bqb + jnp.arange(bqb, dtype=jnp.int32))
+    add_dq = lambda x: pltriton.atomic_add(dq_ref, (rows, slice(None), slice(None)),
+                                           x.reshape(bqb, g, x.shape[-1]))
     return step(carry, flat(q_ref[rows, :, :]), flat(do_ref[rows, :, :]),
                 flat(lse_ref[rows, :]), flat(delta_ref[rows, :]),
-                mask_of(t_pos, per_row(segq_ref[rows]), masked))
+                mask_of(t_pos, per_row(segq_ref[rows]), masked), add_dq)
 
   def head_body(h, carry):
     def q_body(ii, carry, masked=True):
       rows = pl.ds(ii * bqb, bqb)
       t_pos = ii * bqb + jnp.arange(bqb, dtype=jnp.int32)
+      add_dq = lambda x: pltriton.atomic_add(dq_ref, (rows, h, slice(None)), x)
       return step(carry, q_ref[rows, h, :], do_ref[rows, h, :], lse_ref[h, rows],
-                  delta_ref[h, rows], mask_of(t_pos, segq_ref[rows], masked))
+                  delta_ref[h, rows], mask_of(t_pos, segq_ref[rows], masked), add_dq)
     return split_loops(*bounds, q_body, functools.partial(q_body, masked=False), carry)
 
   zeros = jnp.zeros(k.shape, F32)
@@ -131,7 +139,9 @@ def _dkv_loop(cfg: Cfg, k, v, key_mask, column_mask, q_ref, do_ref, segq_ref, ls
 
 
 def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, lse_ref,
-                    delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
+                    delta_ref, *refs, cfg: Cfg):
+  # refs: [dq_in (aliased),] dk, dv[, dq_out] -- the fused backward adds dq into dq_out.
+  dq_ref, (dk_ref, dv_ref) = (refs[3], refs[1:3]) if cfg.fused_bwd else (None, refs)
   j = pl.program_id(0)
   bkb, bqb = cfg.bk_bwd, cfg.bq_bwd
   s_pos = j * bkb + jnp.arange(bkb, dtype=jnp.int32)
@@ -146,13 +156,14 @@ def _dkv_raw_kernel(k_ref, v_ref, segk_ref, qhi_ref, q_ref, do_ref, segq_ref, ls
   bounds = (jax.lax.div(j * bkb, bqb), cdiv(jnp.max(qhi), bqb), cdiv(j * bkb + bkb - 1, bqb),
             jax.lax.div(jnp.min(qhi), bqb))
   dk, dv = _dkv_loop(cfg, k_ref[...], v_ref[...], key_mask, lambda seg_q: None, q_ref, do_ref,
-                     segq_ref, lse_ref, delta_ref, bounds)
+                     segq_ref, lse_ref, delta_ref, bounds, dq_ref)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
 def _dkv_entry_kernel(ek_ref, ev_ref, eends_ref, eseg_ref, eqlo_ref, eqhi_ref, q_ref, do_ref,
-                      segq_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, cfg: Cfg):
+                      segq_ref, lse_ref, delta_ref, *refs, cfg: Cfg):
+  dq_ref, (dk_ref, dv_ref) = (refs[3], refs[1:3]) if cfg.fused_bwd else (None, refs)
   ends, seg_e = eends_ref[...], eseg_ref[...]
   bqb = cfg.bq_bwd
 
@@ -166,7 +177,7 @@ def _dkv_entry_kernel(ek_ref, ev_ref, eends_ref, eseg_ref, eqlo_ref, eqhi_ref, q
   bounds = (jax.lax.div(jnp.min(eqlo), bqb), cdiv(jnp.max(eqhi), bqb),
             cdiv(jnp.max(eqlo), bqb), jax.lax.div(jnp.min(eqhi), bqb))
   dk, dv = _dkv_loop(cfg, ek_ref[...], ev_ref[...], key_mask, column_mask, q_ref, do_ref,
-                     segq_ref, lse_ref, delta_ref, bounds)
+                     segq_ref, lse_ref, delta_ref, bounds, dq_ref)
   dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
@@ -192,7 +203,7 @@ def backward_kernels(cfg: Cfg, res, do):
     tile = q_spec(cfg, dp)
     head_t = pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i))
     lse_q, delta_q = lse, delta
-  dq = pl.pallas_call(
+  dq = None if cfg.fused_bwd else pl.pallas_call(
       functools.partial(_dq_kernel, cfg=cfg),
       grid=(tp // bq, b, h // gf),
       in_specs=[tile, full_kv, full_kv, q_vec, row_t, full_e, full_e, row_c, row_c,
@@ -214,32 +225,47 @@ def backward_kernels(cfg: Cfg, res, do):
     group_t = pl.BlockSpec((None, g, tp), lambda j, b_, kv: (b_, kv, 0))
     lse_g, delta_g = lse, delta
   common = [group_q, group_q, seg_all, group_t, group_t]
+  # Fused: dq accumulates in float32 through both dk/dv kernels (input aliased to output).
+  dq_acc = jnp.zeros(q.shape, F32) if cfg.fused_bwd else None
+  fused = lambda n_in, tile: dict(
+      extra_in=[group_q] * cfg.fused_bwd, extra_out=[group_q] * cfg.fused_bwd,
+      shapes=[jax.ShapeDtypeStruct(tile.shape, tile.dtype)] * 2
+      + [jax.ShapeDtypeStruct(q.shape, F32)] * cfg.fused_bwd,
+      aliases={n_in: 2} if cfg.fused_bwd else {}, args=[dq_acc] * cfg.fused_bwd)
   dk = dv = jnp.zeros(k.shape, k.dtype)
   if cfg.window > 0:
     key_tile = pl.BlockSpec((None, cfg.bk_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
     key_vec = pl.BlockSpec((None, cfg.bk_bwd), lambda j, b_, kv: (b_, j))
-    dk, dv = pl.pallas_call(
+    f = fused(9, k)
+    dk, dv, *dq_out = pl.pallas_call(
         functools.partial(_dkv_raw_kernel, cfg=cfg),
         grid=(tp // cfg.bk_bwd, b, kh),
-        in_specs=[key_tile, key_tile, key_vec, key_vec] + common,
-        out_specs=[key_tile, key_tile],
-        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2,
+        in_specs=[key_tile, key_tile, key_vec, key_vec] + common + f["extra_in"],
+        out_specs=[key_tile, key_tile] + f["extra_out"],
+        out_shape=f["shapes"],
+        input_output_aliases=f["aliases"],
         compiler_params=cfg.params,
         interpret=cfg.interpret,
         name="chunk_attention_dkv_raw",
-    )(k, v, seg, kqhi, q, do, seg, lse_g, delta_g)
+    )(k, v, seg, kqhi, q, do, seg, lse_g, delta_g, *f["args"])
+    dq_acc = dq_out[0] if dq_out else dq_acc
   entry_tile = pl.BlockSpec((None, cfg.bc_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
   entry_vec = pl.BlockSpec((None, cfg.bc_bwd), lambda j, b_, kv: (b_, j))
-  dek, dev = pl.pallas_call(
+  f = fused(11, ek)
+  dek, dev, *dq_out = pl.pallas_call(
       functools.partial(_dkv_entry_kernel, cfg=cfg),
       grid=(cp // cfg.bc_bwd, b, kh),
-      in_specs=[entry_tile, entry_tile, entry_vec, entry_vec, entry_vec, entry_vec] + common,
-      out_specs=[entry_tile, entry_tile],
-      out_shape=[jax.ShapeDtypeStruct(ek.shape, ek.dtype)] * 2,
+      in_specs=[entry_tile, entry_tile, entry_vec, entry_vec, entry_vec, entry_vec] + common
+      + f["extra_in"],
+      out_specs=[entry_tile, entry_tile] + f["extra_out"],
+      out_shape=f["shapes"],
+      input_output_aliases=f["aliases"],
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dkv_entries",
-  )(ek, ev, eends, eseg, eqlo, eqhi, q, do, seg, lse_g, delta_g)
+  )(ek, ev, eends, eseg, eqlo, eqhi, q, do, seg, lse_g, delta_g, *f["args"])
+  if cfg.fused_bwd:
+    dq = dq_out[0].astype(q.dtype)
   # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
   dsink = -jnp.sum(jnp.exp(sink_hq[:, :1].T[:, :, None] - lse) * delta, axis=(0, 2))
   dsink_hq = jnp.zeros_like(sink_hq).at[:, 0].set(dsink)

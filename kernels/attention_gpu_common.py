@@ -31,6 +31,7 @@ class Cfg:
   num_warps: int
   num_stages: int
   interpret: bool
+  fused_bwd: bool = False  # dk/dv kernels add dq by atomics (no dq kernel)
 
   @property
   def params(self):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+BACKWARDS = ("split", "fused")
+
 
 def _check_positive(obj) -> None:
   for f in dataclasses.fields(obj):
@@ -30,9 +32,15 @@ class AttentionBlockSizes:
   block_c_bwd: int = 32  # entries per program of the entry dk/dv kernel
   num_warps: int = 4  # Triton only
   num_stages: int = 2  # Triton only
+  # Triton backward: "split" = a dq kernel beside the dk/dv kernels (7 score-sized matmuls per
+  # tile pair); "fused" = the dk/dv kernels also add dq with atomics (FlashAttention-2's 5).
+  backward: str = "split"
 
   def __post_init__(self):
     _check_positive(self)
+    if self.backward not in BACKWARDS:
+      raise ValueError(f"AttentionBlockSizes.backward must be one of {BACKWARDS}, "
+                       f"got {self.backward!r}")
 
   @classmethod
   def gpu(cls, device_kind: str | None = None) -> AttentionBlockSizes:

@@ -13,12 +13,12 @@ def _finite(x):
 
 
 def test_small_device_check_writes_finite_rows_traces_tiles_and_goals(tmp_path):
-  # The prepared device script in its CPU rehearsal, one kernel case and one train worker (the
-  # dynamic kind): the same worker code runs every case and kind; CI time allows one of each
-  # (about 40 s of CPU, mostly compiling).
+  # The prepared device script in its CPU rehearsal, one kernel case (M = 4, which also times
+  # the fused backward) and one train worker (the dynamic kind): the same worker code runs every
+  # case and kind; CI time allows one of each (about 60 s of CPU, mostly compiling).
   from bench import device_check
 
-  device_check.main(["--small", "--chunks", "dynamic", "--kinds", "dynamic", "--out",
+  device_check.main(["--small", "--chunks", "4", "--kinds", "dynamic", "--out",
                      str(tmp_path)])
   md, js = tmp_path / "accelerator_cpu.md", tmp_path / "accelerator_cpu.json"
   record = json.loads(js.read_text())
@@ -28,8 +28,9 @@ def test_small_device_check_writes_finite_rows_traces_tiles_and_goals(tmp_path):
   assert record["device"]["packages"]["flax"] and record["device"]["python"]
   rows = record["rows"]
   kernel = [r for r in rows if r["section"] == "kernels"]
-  assert sorted(r["op"] for r in kernel) == ["compressed", "full", "full_kernel", "speedup"]
-  assert {r["M"] for r in kernel} == {"dynamic"} and {r["T"] for r in kernel} == {128}
+  assert sorted(r["op"] for r in kernel) == ["compressed", "compressed_fused_bwd", "full",
+                                              "full_kernel", "speedup"]
+  assert {r["M"] for r in kernel} == {"4"} and {r["T"] for r in kernel} == {128}
   for r in kernel:
     assert r["status"] == "ok", r
     keys = (("fwd_speedup", "fwd_bwd_speedup", "useful_flop_ratio", "formula_ratio",
@@ -42,8 +43,8 @@ def test_small_device_check_writes_finite_rows_traces_tiles_and_goals(tmp_path):
   assert compressed["impl"] == "pallas_gpu" and compressed["interpret"] and full["impl"] == "xla"
   assert full_kernel["impl"] == "pallas_gpu" and full_kernel["interpret"]
   assert full_kernel["useful_fwd_flops"] == full["useful_fwd_flops"]
-  # T / (T/S + W) at T = 128, S = 4 (the dynamic mean), W = 16; useful FLOPs: the causal
-  # triangle over the visible scores.
+  # T / (T/S + W) at T = 128, S = M = 4, W = 16; useful FLOPs: the causal triangle over the
+  # visible scores.
   assert math.isclose(speedup["formula_ratio"], 128 / (128 / 4 + 16))
   assert math.isclose(speedup["useful_flop_ratio"],
                       full["useful_fwd_flops"] / compressed["useful_fwd_flops"])
@@ -53,8 +54,8 @@ def test_small_device_check_writes_finite_rows_traces_tiles_and_goals(tmp_path):
   assert all(n["tile_ratio"] == 1.0 for n in compressed["tiles"].values())
   assert full_kernel["tiles"]["gpu_dkv_entries"]["executed"] == 0
   # One profiler trace per op, under the one output folder.
-  for op in ("compressed", "full", "full_kernel"):
-    assert list((tmp_path / "traces" / f"T128_Mdynamic_{op}").rglob("*.xplane.pb")), op
+  for op in ("compressed", "full", "full_kernel", "compressed_fused_bwd"):
+    assert list((tmp_path / "traces" / f"T128_M4_{op}").rglob("*.xplane.pb")), op
   assert record["isa"]["files"] > 0  # the dump was written and read (CPU: HLO, no PTX)
   (train,) = [r for r in rows if r["section"] == "train"]
   assert train["status"] == "ok" and train["kind"] == "dynamic" and train["T"] == 128, train

@@ -99,6 +99,16 @@ def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh):
                    dtype=jnp.float32)
 
 
+@pytest.mark.parametrize("h,kh,block_q", [(4, 2, 64), (3, 1, 16)], ids=["G2rows", "G3heads"])
+def test_pallas_gpu_fused_backward_matches_reference(h, kh, block_q):
+  # The FlashAttention-2 backward: the dk/dv kernels add dq by atomics (no dq kernel), with the
+  # group's heads as rows (G = 2) and with the serial loop over heads (G = 3).
+  tiles = kernels.AttentionBlockSizes(block_q=block_q, block_k=16, block_c=16, block_q_bwd=16,
+                                      block_k_bwd=16, block_c_bwd=16, backward="fused")
+  _check_attention("pallas_gpu", tiles, t=40, h=h, kh=kh, d=16, window=7, sink=True,
+                   dtype=jnp.float32)
+
+
 def test_pallas_gpu_attention_with_the_hopper_tiles_matches_reference_with_gradients():
   # The per-device table's tiles (128-row forward, 64-row backward) unclamped: T = 160 pads to
   # two 128-row query blocks; a window of 100 gives interior and boundary blocks.
