@@ -7,6 +7,7 @@ without importing each other.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 
@@ -27,3 +28,7 @@ class AttentionContext:
   # (attention/load_balance.py; positions and segment ids are reordered with the tokens).
   kv_exchange: str = dataclasses.field(default="all_gather", metadata=dict(static=True))
   load_balanced: bool = dataclasses.field(default=False, metadata=dict(static=True))
+  # kernels.RowLayout of segment_ids_BxT (document runs, starts, ends), computed once per step
+  # by the model, outside the layer scan and remat, for every layer's Pallas kernel; None: each
+  # kernel call computes it.
+  row_layout: Any = None

@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+import kernels
 from chunkformer import layer_stack
 from chunkformer.attention import (
   AttentionContext,
@@ -19,7 +20,7 @@ from chunkformer.attention import (
   dispatch,
   load_balance,
 )
-from chunkformer.config import ConfigError, ModelConfig
+from chunkformer.config import ConfigError, ModelConfig, capabilities
 from chunkformer.layers import RMSNorm, SwiGLU
 
 Array = jax.Array
@@ -117,9 +118,15 @@ class Transformer(nn.Module):
       tokens_BxT, positions_BxT, segment_ids_BxT = (
           load_balance.reorder(x, ("batch", "length"), balance)
           for x in (tokens_BxT, positions_BxT, segment_ids_BxT))
+    # The kernels' view of the documents, once per step for every layer that reads it (outside
+    # the layer scan and remat).
+    reads_layout = not decode and any(
+        capabilities.TABLE[dispatch.resolve(m.layer_attention(i), m.num_kv_heads)
+                           .implementation].reads_row_layout for i in range(m.num_layers))
     ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train,
                            decode=decode, kv_exchange=self.kv_exchange,
-                           load_balanced=balance is not None)
+                           load_balanced=balance is not None,
+                           row_layout=kernels.row_layout(segment_ids_BxT) if reads_layout else None)
     embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),

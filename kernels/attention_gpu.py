@@ -192,8 +192,13 @@ def _config(block_sizes: AttentionBlockSizes, t: int, c: int, window: int, scale
 
 def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
                         entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, *, sink_H,
-                        window: int, scale: float, interpret, block_sizes: AttentionBlockSizes):
-  """Pallas Triton implementation of ``kernels.chunk_attention`` (same semantics)."""
+                        window: int, scale: float, interpret, block_sizes: AttentionBlockSizes,
+                        row_layout: layout.RowLayout | None = None):
+  """Pallas Triton implementation of ``kernels.chunk_attention`` (same semantics).
+
+  ``row_layout`` (of the unpadded rows): the documents' bounds computed once per step by the
+  caller; the per-call work left is the entry ranges (a histogram and a running sum).
+  """
   b, t, h, d = q_BxTxHxD.shape
   kh, c = k_BxTxKxD.shape[2], entry_k_BxCxKxD.shape[1]
   cfg = _config(block_sizes, t, c, window, scale, h // kh, interpret)
@@ -205,11 +210,15 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   seg = pad_to(segment_ids_BxT.astype(jnp.int32), 1, tp, mode="edge")
   eends = pad_to(entry_ends_BxC.astype(jnp.int32), 1, cp, layout.PAD_END)
   eseg = pad_to(entry_segment_ids_BxC.astype(jnp.int32), 1, cp, layout.PAD_SEGMENT)
-  # Ranges are plain integer work on [B, T] and [B, C]; XLA computes them once per call.
-  kvlo = layout.raw_key_start(seg, window)
-  elo, ehi = layout.visible_entry_range(eends, eseg, seg)
-  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + window, layout.document_ends(seg))
-  eqlo, eqhi = layout.entry_query_range(eends, seg)
+  # Document bounds of the padded rows: the padding joins the last document (edge padding).
+  rows = layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout
+  doc_start = pad_to(rows.doc_start_BxT.astype(jnp.int32), 1, tp, mode="edge")
+  doc_end = pad_to(jnp.where(rows.doc_end_BxT == t, tp, rows.doc_end_BxT).astype(jnp.int32), 1,
+                   tp, tp)
+  kvlo = layout.raw_key_start(seg, window, doc_start)
+  elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
+  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + window, doc_end)
+  eqlo, eqhi = layout.entry_query_range(eends, seg, doc_end)
   sink = jnp.full((h,), -jnp.inf, F32) if sink_H is None else sink_H.astype(F32)
   sink_hq = jnp.broadcast_to(sink[:, None], (h, cfg.bq))
   o = _attention(cfg, pad_td(q_BxTxHxD), pad_td(k_BxTxKxD), pad_td(v_BxTxKxD), seg,

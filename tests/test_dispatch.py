@@ -148,3 +148,41 @@ def test_the_capability_rules_live_in_one_module():
         if rule.search(line):
           found.append(f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()}")
   assert not found, found
+
+
+def test_the_model_computes_the_row_layout_once_and_every_kernel_call_reads_it(monkeypatch):
+  """kind fixed on pallas_gpu (interpret) in a 2-layer scanned model: the model's context holds
+  kernels.row_layout of the segment ids, computed outside the layers, and each kernel call
+  gets it; an xla model computes none."""
+  import jax
+
+  import kernels
+  from chunkformer.model import Transformer
+
+  seen = []
+  real = kernels.chunk_attention
+
+  def spy(*args, row_layout=None, **kw):
+    seen.append(row_layout)
+    return real(*args, row_layout=row_layout, **kw)
+
+  monkeypatch.setattr(dispatch.kernels, "chunk_attention", spy)
+  seg = jnp.asarray([[0] * 10 + [1] * 14])
+  tokens = jnp.zeros((1, 24), jnp.int32)
+  for impl in ("pallas_gpu", "xla"):
+    seen.clear()
+    attn = AttentionConfig(kind="fixed", window=4, chunk_size=4, implementation=impl,
+                           interpret=True)
+    model = Transformer(ModelConfig(vocab_size=16, num_layers=2, d_model=16, num_heads=2,
+                                    num_kv_heads=1, head_dim=8, mlp_dim=32, attention=attn))
+    params = model.init(jax.random.PRNGKey(0), tokens, None, seg)
+    seen.clear()
+    model.apply(params, tokens, None, seg)
+    if impl == "xla":
+      assert seen == []  # the XLA path never calls the kernels
+      continue
+    assert len(seen) == 2 and all(r is not None for r in seen)
+    want = kernels.row_layout(seg)
+    for got in seen:
+      for a, b in zip(got, want, strict=True):
+        assert (jnp.asarray(a) == b).all()

@@ -56,8 +56,12 @@ def _require(implementation: str, kind: str, option: str | None = None) -> None:
 
 
 def full_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array,
-                   implementation: str, interpret: bool = False) -> Array:
-  """Document-causal attention of every query over its document's earlier keys; o_BxTxHxD."""
+                   implementation: str, interpret: bool = False,
+                   row_layout: kernels.RowLayout | None = None) -> Array:
+  """Document-causal attention of every query over its document's earlier keys; o_BxTxHxD.
+
+  ``row_layout``: ``kernels.row_layout(segment_ids_BxT)`` if the caller has it (the model's
+  context), read by the Pallas kernels."""
   _require(implementation, "full")
   if implementation == "xla":
     mask = document_causal_mask(segment_ids_BxT)
@@ -78,7 +82,7 @@ def full_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment
       q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, no_entries, no_entries,
       jnp.full((b, 1), kernels.PAD_END, jnp.int32),
       jnp.full((b, 1), kernels.PAD_SEGMENT, jnp.int32),
-      window=t, implementation=implementation, interpret=interpret)
+      window=t, implementation=implementation, interpret=interpret, row_layout=row_layout)
 
 
 def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
@@ -88,13 +92,15 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
                          sink_H: Array | None, implementation: str, interpret: bool,
                          tail: compressed_core.Tail | None = None,
                          selector: query_blocks.EntrySelector | None = None,
-                         max_scores: int | None = None) -> tuple[Array, dict[str, Array]]:
+                         max_scores: int | None = None,
+                         row_layout: kernels.RowLayout | None = None
+                         ) -> tuple[Array, dict[str, Array]]:
   """(o_BxTxHxD, the selector's statistics) of the window + entries attention of ``kind``.
 
   ``xla``: ``query_blocks.attend_selected`` (``compressed_core``'s blockwise path, in query
   blocks when the row's T x C scores exceed ``max_scores``); the Pallas names:
   ``kernels.chunk_attention``, which reads one end per entry (the kv heads' ends must agree)
-  and takes no tail or entry selection.
+  and takes no tail or entry selection; ``row_layout`` as for ``full_attention``.
   """
   _require(implementation, kind)
   if implementation == "xla":
@@ -111,5 +117,5 @@ def compressed_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   o = kernels.chunk_attention(
       q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD, ev,
       entry_ends_BxCxK[:, :, 0], entry_segment_ids_BxCxK[:, :, 0], window=window, sink_H=sink_H,
-      implementation=implementation, interpret=interpret)
+      implementation=implementation, interpret=interpret, row_layout=row_layout)
   return o, {}

@@ -192,5 +192,6 @@ class DynamicAttention(nn.Module):
         entry_ends_BxCxK=jnp.broadcast_to(layout.entry_visible_from_BxC[:, :, None], per_head),
         entry_segment_ids_BxCxK=jnp.broadcast_to(layout.entry_segment_ids_BxC[:, :, None],
                                                  per_head),
-        sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
+        sink_H=sink_H, implementation=a.implementation, interpret=a.interpret,
+        row_layout=ctx.row_layout)
     return o, entries

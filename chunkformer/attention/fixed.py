@@ -149,7 +149,8 @@ class FixedAttention(nn.Module):
           tail=self._tail(offsets, b, t, ctx.segment_ids_BxT), selector=selector,
           entry_k_BxCxKxD=ek, entry_v_BxCxKxD=entries.get("v"),
           entry_ends_BxCxK=chunks.ends_BxCxK, entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK,
-          sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
+          sink_H=sink_H, implementation=a.implementation, interpret=a.interpret,
+          row_layout=ctx.row_layout)
       if isinstance(indexer, LightningIndexer):
         indexer.sow_kl(stats)
       return o, entries

@@ -60,5 +60,5 @@ class FullAttention(nn.Module):
                                       balanced=ctx.load_balanced)
       return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     o_BxTxHxD = full_attention(q, k, v, ctx.segment_ids_BxT, self.attn.implementation,
-                               self.attn.interpret)
+                               self.attn.interpret, ctx.row_layout)
     return OutputProjection(self.model, name="out")(o_BxTxHxD), shared

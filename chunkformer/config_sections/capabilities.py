@@ -60,6 +60,7 @@ class Capability:
   native: tuple[str, ...]  # platforms it compiles for; elsewhere it runs with interpret only
   splits_rows: bool  # runs with a row's tokens split over devices (mesh.context > 1)
   paths: dict[str, str]  # kind -> the code path it names ("compressed": the compressed kinds)
+  reads_row_layout: bool = False  # reads kernels.RowLayout, computed once per step by the model
 
 
 _ALL_PLATFORMS = ("cpu", "gpu", "tpu")
@@ -76,7 +77,8 @@ TABLE = {
                             {"full": "attention.blockwise (online softmax, custom VJP)"}),
     "splash": Capability(("full",), (), ("tpu",), False,
                          {"full": "attention.splash (JAX's TPU splash attention)"}),
-    "pallas_gpu": Capability(("full", "fixed", "dynamic"), (), ("gpu",), False, _KERNEL_PATHS),
+    "pallas_gpu": Capability(("full", "fixed", "dynamic"), (), ("gpu",), False, _KERNEL_PATHS,
+                             reads_row_layout=True),
     "pallas_tpu": Capability(("full", "fixed", "dynamic"), (), ("tpu",), False, _KERNEL_PATHS),
 }
 assert set(IMPLEMENTATIONS) <= set(TABLE)  # the kernels' switch names are the table's
