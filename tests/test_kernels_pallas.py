@@ -85,8 +85,10 @@ def test_pallas_gpu_attention_matches_reference_with_gradients(case):
   _check_attention("pallas_gpu", SMALL_GPU, **case)
 
 
-@pytest.mark.parametrize("h,kh", [(4, 2), (8, 2), (6, 2)], ids=["G2", "G4", "G3"])
-def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh):
+@pytest.mark.parametrize("h,kh,dtype", [(4, 2, jnp.float32), (8, 2, jnp.float32),
+                                         (6, 2, jnp.float32), (4, 2, jnp.bfloat16)],
+                         ids=["G2", "G4", "G3", "G2bf16"])
+def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh, dtype):
   # 64-row query tiles: G = 2 and 4 run one forward program per kv head (32 and 16 tokens x
   # G heads per tile); G = 3 (not a power of two) keeps one program per head.
   from kernels import attention_gpu
