@@ -93,4 +93,4 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   from kernels import attention_tpu
   return attention_tpu.chunk_attention_tpu(
       *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
-      block_sizes=block_sizes or AttentionBlockSizes.tpu())
+      block_sizes=block_sizes or AttentionBlockSizes.tpu(), row_layout=row_layout)

@@ -211,10 +211,8 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   eends = pad_to(entry_ends_BxC.astype(jnp.int32), 1, cp, layout.PAD_END)
   eseg = pad_to(entry_segment_ids_BxC.astype(jnp.int32), 1, cp, layout.PAD_SEGMENT)
   # Document bounds of the padded rows: the padding joins the last document (edge padding).
-  rows = layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout
-  doc_start = pad_to(rows.doc_start_BxT.astype(jnp.int32), 1, tp, mode="edge")
-  doc_end = pad_to(jnp.where(rows.doc_end_BxT == t, tp, rows.doc_end_BxT).astype(jnp.int32), 1,
-                   tp, tp)
+  doc_start, doc_end = layout.padded_document_bounds(
+      layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout, tp)
   kvlo = layout.raw_key_start(seg, window, doc_start)
   elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
   kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + window, doc_end)

@@ -89,6 +89,16 @@ def row_layout(segment_ids_BxT: Array) -> RowLayout:
                    document_ends(segment_ids_BxT))
 
 
+def padded_document_bounds(rows: RowLayout, padded_len: int) -> tuple[Array, Array]:
+  """(doc_start, doc_end) of rows padded at the end to ``padded_len`` with their last segment
+  id (the kernels' edge padding): the padding joins the last document."""
+  b, t = rows.doc_start_BxT.shape
+  extra = padded_len - t
+  start = jnp.pad(rows.doc_start_BxT.astype(jnp.int32), ((0, 0), (0, extra)), mode="edge")
+  end = jnp.where(rows.doc_end_BxT == t, padded_len, rows.doc_end_BxT).astype(jnp.int32)
+  return start, jnp.pad(end, ((0, 0), (0, extra)), constant_values=padded_len)
+
+
 def document_ends(segment_ids_BxT: Array) -> Array:
   """doc_end_BxT: one past the last token of t's document."""
   t = segment_ids_BxT.shape[1]

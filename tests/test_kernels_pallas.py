@@ -111,7 +111,9 @@ def test_pallas_gpu_fused_backward_matches_reference(h, kh, block_q):
                    dtype=jnp.float32)
 
 
-def test_pallas_gpu_attention_with_a_precomputed_row_layout_is_the_same():
+@pytest.mark.parametrize("implementation,tiles", [("pallas_gpu", SMALL_GPU),
+                                                   ("pallas_tpu", SMALL_TPU)])
+def test_pallas_attention_with_a_precomputed_row_layout_is_the_same(implementation, tiles):
   # The model hands every layer kernels.row_layout(segment ids) computed once per step.
   args, kw = kc.attention_case(1, b=2, t=40, h=4, kh=2, d=16, m=3, docs=3, window=7,
                                sink=True, dtype=jnp.float32)
@@ -119,8 +121,8 @@ def test_pallas_gpu_attention_with_a_precomputed_row_layout_is_the_same():
 
   def run(row_layout):
     loss = lambda q, k, v, ek, ev: jnp.sum(jnp.sin(kernels.chunk_attention(
-        q, k, v, seg, ek, ev, *args[6:], **kw, implementation="pallas_gpu", interpret=True,
-        block_sizes=SMALL_GPU, row_layout=row_layout)))
+        q, k, v, seg, ek, ev, *args[6:], **kw, implementation=implementation, interpret=True,
+        block_sizes=tiles, row_layout=row_layout)))
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(*args[:3], *args[4:6])
 
   (got, got_g), (want, want_g) = run(kernels.row_layout(seg)), run(None)

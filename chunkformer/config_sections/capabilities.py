@@ -79,7 +79,8 @@ TABLE = {
                          {"full": "attention.splash (JAX's TPU splash attention)"}),
     "pallas_gpu": Capability(("full", "fixed", "dynamic"), (), ("gpu",), False, _KERNEL_PATHS,
                              reads_row_layout=True),
-    "pallas_tpu": Capability(("full", "fixed", "dynamic"), (), ("tpu",), False, _KERNEL_PATHS),
+    "pallas_tpu": Capability(("full", "fixed", "dynamic"), (), ("tpu",), False, _KERNEL_PATHS,
+                             reads_row_layout=True),
 }
 assert set(IMPLEMENTATIONS) <= set(TABLE)  # the kernels' switch names are the table's
 
