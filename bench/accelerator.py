@@ -6,10 +6,15 @@
 Measures (bench/accelerator_rows.py):
 - kernels: the compressed-attention kernel (fixed M = 4 and dynamic ends of mean 4, window 128,
   Qwen3-0.6B heads, bf16) forward and forward + backward TFLOP/s at useful FLOPs, against the
-  platform's best full causal attention (cuDNN on GPU, splash on TPU, XLA otherwise), and the
-  measured speedup against the FLOP ratio (useful FLOPs, and T / (T/S + W));
-- train steps: configs/lm/qwen3_0p6b.py per kind (full, fixed, dynamic, v4) at each T: tokens/s,
-  MFU, the compiled plan's bytes against the measured peak (``device.memory_stats()``).
+  platform's best full causal attention (cuDNN on GPU, splash on TPU, XLA otherwise) and the
+  project's kernel run as plain causal attention (what kind full trains with), the measured
+  speedup against the FLOP ratio (useful FLOPs, and T / (T/S + W)), and each kernel's executed /
+  needed tiles from its loop bounds (``kernels/tiles.py``); ``--trace``: a profiler trace of
+  each op under OUT/traces/; ``--isa``: the compiled code dumped to OUT/xla_dump/ and its matrix
+  instructions counted (``bench/device_isa.py``);
+- train steps: configs/lm/qwen3_0p6b.py per kind (full, fixed, dynamic, v4) at each T, with
+  ``--rows_4k`` rows per device at T <= 4096 (one micro-batch): tokens/s, MFU, the compiled
+  plan's bytes against the measured peak (``device.memory_stats()``).
 
 Every measurement runs in a worker process (the parent never imports JAX): the kernels in one,
 each train row (kind, T) in its own (so the process's peak is that row's), every kind at the
@@ -76,12 +81,19 @@ def _parse(argv):
   p.add_argument("--full_impl", choices=("cudnn", "splash", "xla"),
                  help="full attention to compare with (default: the platform's best)")
   p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+  p.add_argument("--rows_4k", type=int, default=4,
+                 help="rows per device (one micro-batch) of the train rows at T <= 4096")
+  p.add_argument("--trace", action="store_true",
+                 help="a jax.profiler trace of each kernel op under OUT/traces/")
+  p.add_argument("--isa", action="store_true",
+                 help="dump the kernels' compiled code to OUT/xla_dump/ and count the matrix "
+                      "instructions in it (bench/device_isa.py)")
   p.add_argument("--worker", choices=("kernels", "train"), help=argparse.SUPPRESS)
   p.add_argument("--rows_out", help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
-  if args.budget_s <= 0 or args.steps < 1 or args.reps < 1:
-    p.error("--budget_s, --steps and --reps must be positive")
+  if args.budget_s <= 0 or args.steps < 1 or args.reps < 1 or args.rows_4k < 1:
+    p.error("--budget_s, --steps, --reps and --rows_4k must be positive")
   if args.seq_lens is None:
     args.seq_lens = list(SMALL_SEQ_LENS if args.small else SEQ_LENS)
   if any(t < 16 for t in args.seq_lens):
@@ -114,8 +126,9 @@ def _worker(args) -> None:
           emit(dict(section="kernels", op="compressed", T=t, M=chunk, status="skipped: budget"))
           continue
         try:
-          rows = rows_lib.kernel_rows(t, chunk, "small" if args.small else "paper", dtype,
-                                      args.reps, args.full_impl)
+          rows = rows_lib.kernel_rows(
+              t, chunk, "small" if args.small else "paper", dtype, args.reps, args.full_impl,
+              os.path.join(args.out, "traces") if args.trace else None)
         except Exception as e:  # noqa: BLE001 -- e.g. inputs that do not fit: the next case runs
           rows = [dict(section="kernels", op="compressed", T=t, M=chunk,
                        status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")]
@@ -127,8 +140,13 @@ def _worker(args) -> None:
       if out_of_time():
         emit(dict(section="train", op="train_step", kind=kind, T=t, status="skipped: budget"))
         continue
-      emit(rows_lib.train_row(kind, t, args.small, args.steps))
+      emit(rows_lib.train_row(kind, t, args.small, args.steps, rows_per_device(args, t)))
   del jax
+
+
+def rows_per_device(args, t: int) -> int:
+  """Micro-batch rows per device of a train row: several at short T (``--rows_4k``)."""
+  return args.rows_4k if t <= 4096 else 1
 
 
 # ---- the parent: plans, runs the workers within the budget, writes the report ----
@@ -157,10 +175,15 @@ def _run_worker(args, worker: str, kind: str | None, seq_lens: list[int],
            rows_out, "--deadline", str(deadline), "--steps", str(args.steps), "--reps",
            str(args.reps), "--seq_lens", *map(str, seq_lens), "--chunks", *args.chunks]
     cmd += ["--small"] * args.small + (["--kinds", kind] if kind else [])
+    cmd += ["--out", os.path.abspath(args.out), "--rows_4k", str(args.rows_4k)]
+    cmd += ["--trace"] * args.trace
     cmd += ["--full_impl", args.full_impl] if args.full_impl else []
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # One worker at a time owns the device: let it use all of a GPU (JAX's default is 75%).
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+    if args.isa and worker == "kernels":  # the compiled kernels, for bench/device_isa.py
+      env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_dump_to="
+                          + os.path.join(os.path.abspath(args.out), "xla_dump")).strip()
     try:
       done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=left)
@@ -218,24 +241,45 @@ def write_report(rows: list[dict], meta: dict, out_dir: str) -> tuple[str, str]:
                  f"{' (interpret)' if r.get('interpret') else ''} | {_fmt(r.get('fwd_ms'), '.3f')}"
                  f" | {_fmt(r.get('fwd_tflops'), '.3g')} | {_fmt(r.get('fwd_bwd_ms'), '.3f')} | "
                  f"{_fmt(r.get('fwd_bwd_tflops'), '.3g')} | {r['status']} |")
-  lines += ["", "| T | M | fwd speedup | fwd+bwd speedup | useful-FLOP ratio | T / (T/S + W) |",
-            "|---|---|---|---|---|---|"]
+  lines += ["", "Speedup = full time / compressed time. Kernel as full = the best full attention's "
+            "time / the project's kernel run as causal attention (a whole-row window, what the "
+            "model's kind full runs on GPU and TPU).", "",
+            "| T | M | fwd speedup | fwd+bwd speedup | useful-FLOP ratio | T / (T/S + W) | "
+            "kernel as full fwd | kernel as full fwd+bwd |", "|---|---|---|---|---|---|---|---|"]
   for r in (r for r in rows if r.get("op") == "speedup"):
     lines.append(f"| {r['T']} | {r['M']} | {_fmt(r.get('fwd_speedup'), '.2f')} | "
                  f"{_fmt(r.get('fwd_bwd_speedup'), '.2f')} | {_fmt(r['useful_flop_ratio'], '.2f')}"
-                 f" | {_fmt(r['formula_ratio'], '.2f')} |")
+                 f" | {_fmt(r['formula_ratio'], '.2f')} | "
+                 f"{_fmt(r.get('kernel_full_fwd_vs_best'), '.2f')} | "
+                 f"{_fmt(r.get('kernel_full_fwd_bwd_vs_best'), '.2f')} |")
+  tiled = [r for r in rows if r.get("tiles")]
+  if tiled:
+    lines += ["", "Executed / needed tiles (and executed / visible pairs) per kernel, from the "
+              "loop bounds (`kernels/tiles.py`):", "", "| T | M | op | kernel | tiles x | "
+              "pairs x |", "|---|---|---|---|---|---|"]
+    for r in tiled:
+      for name, n in r["tiles"].items():
+        lines.append(f"| {r['T']} | {r['M']} | {r['op']} | {name} | {n['tile_ratio']:.3f} | "
+                     f"{n['pair_ratio']:.2f} |")
   lines += ["", "## Training steps", "",
-            "One row per device; MFU = model FLOPs (chunkformer/flops.py) x tokens/s / peak. "
+            "Each device steps one micro-batch of `rows/device` rows (`--rows_4k` at T <= 4096); "
+            "MFU = model FLOPs (chunkformer/flops.py) x tokens/s / peak. "
             "Plan = the compiled step's argument + output - aliased + temporary bytes per "
             "device; measured = the process's `peak_bytes_in_use` after the row.", "",
-            "| kind | T | attention impl | tokens/s | MFU | step s | compile s | plan GiB | "
-            "measured peak GiB | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| kind | T | rows/device | attention impl | tokens/s | MFU | step s | compile s | "
+            "plan GiB | measured peak GiB | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in (r for r in rows if r.get("section") == "train"):
-    lines.append(f"| {r['kind']} | {r['T']} | {r.get('implementation', '-')} | "
+    lines.append(f"| {r['kind']} | {r['T']} | {r.get('rows_per_device', '-')} | "
+                 f"{r.get('implementation', '-')} | "
                  f"{_fmt(r.get('tokens_per_s'), ',.0f')} | {_fmt(r.get('mfu'), '.3f')} | "
                  f"{_fmt(r.get('step_s'), '.3f')} | {_fmt(r.get('compile_s'), '.1f')} | "
                  f"{_gib(r.get('plan_bytes'))} | {_gib(r.get('measured_peak_bytes'))} | "
                  f"{r['status']} |")
+  if meta.get("isa") is not None:
+    from bench import device_isa
+
+    lines += [""] + device_isa.markdown(meta["isa"])
   with open(base + ".md", "w") as f:
     f.write("\n".join(lines) + "\n")
   return base + ".md", base + ".json"
@@ -266,6 +310,10 @@ def main(argv=None) -> None:
     for kind in args.kinds:
       rows += _run_worker(args, "train", kind, [t], deadline)
   meta["wall_s"] = time.time() - began
+  if args.isa:
+    from bench import device_isa
+
+    meta["isa"] = device_isa.scan(os.path.join(args.out, "xla_dump"))
   md, js = write_report(rows, meta, args.out)
   print(open(md).read())
   print(f"wrote {md} and {js}")

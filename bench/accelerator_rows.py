@@ -13,8 +13,10 @@ plan's bytes (``memory_analysis``) and the measured peak (``device.memory_stats`
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import math
+import os
 import platform
 import time
 import types
@@ -77,16 +79,45 @@ def full_attention(name: str, t: int, heads: int, kv_heads: int, head_dim: int,
   return attend
 
 
-def _timings(fn, inputs, reps, grad_argnums) -> dict[str, float]:
+def _timings(fn, inputs, reps, grad_argnums, trace_dir=None) -> dict[str, float]:
   loss = lambda *x: jnp.sum(fn(*x).astype(jnp.float32))
-  fwd_ms = kernel_bench._timed(jax.jit(fn), *inputs, reps=reps)
-  fwd_bwd_ms = kernel_bench._timed(jax.jit(jax.value_and_grad(loss, argnums=grad_argnums)),
-                                   *inputs, reps=reps)
-  return dict(fwd_ms=fwd_ms, fwd_bwd_ms=fwd_bwd_ms)
+  fwd, fwd_bwd = jax.jit(fn), jax.jit(jax.value_and_grad(loss, argnums=grad_argnums))
+  out = dict(fwd_ms=kernel_bench._timed(fwd, *inputs, reps=reps),
+             fwd_bwd_ms=kernel_bench._timed(fwd_bwd, *inputs, reps=reps))
+  if trace_dir is not None:  # one compiled call of each, under the profiler (already warm)
+    with jax.profiler.trace(trace_dir):
+      jax.block_until_ready(fwd(*inputs))
+      jax.block_until_ready(fwd_bwd(*inputs))
+    out["trace_dir"] = trace_dir
+  return out
 
 
-def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str | None = None):
-  """Rows: the compressed kernel, full attention, and their comparison at T and M = chunk."""
+def tile_counts(t: int, entry_ends_C, window: int, implementation: str, group: int) -> dict:
+  """Executed / needed tiles and pairs of each kernel of ``implementation`` on this layout."""
+  from kernels import tiles as tiles_lib
+
+  platform = "tpu" if implementation == "pallas_tpu" else "gpu"
+  bs = (kernels.AttentionBlockSizes.gpu(jax.devices()[0].device_kind) if platform == "gpu"
+        else kernels.AttentionBlockSizes.tpu())  # what chunk_attention picks on this device
+  make = tiles_lib.gpu_tiles if platform == "gpu" else tiles_lib.tpu_tiles
+  entry_ends_C = np.asarray(entry_ends_C)
+  tiles = (make(bs, t, entry_ends_C.shape[0], group) if platform == "gpu"
+           else make(bs, t, entry_ends_C.shape[0]))
+  seg = np.zeros(t, np.int64)
+  out = {}
+  for kernel in (k for k in tiles_lib.KERNELS if k.startswith(platform)):
+    n = tiles_lib.count(kernel, seg, entry_ends_C, window, tiles)
+    out[kernel] = dict(executed=n.executed, needed=n.needed, tile_ratio=n.tile_ratio,
+                       pair_ratio=n.pair_ratio)
+  return out
+
+
+def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str | None = None,
+                trace_dir: str | None = None):
+  """Rows: the compressed kernel, full attention (the platform's best, and the project's
+  kernel as the model runs it: a whole-row window, ``attention.dispatch.full_attention``), and
+  their comparison at T and M = chunk; with ``trace_dir`` a profiler trace of each op."""
+  from chunkformer.attention import dispatch
   backend = jax.default_backend()
   dims = SHAPES[shape]
   args = types.SimpleNamespace(batch=1, dynamic_mean=DYNAMIC_MEAN, **dims)
@@ -104,22 +135,37 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
       "full": (full_impl, causal, full_attention(full_impl, t, dims["heads"], dims["kv_heads"],
                                                  dims["head_dim"], interpret=backend == "cpu"),
                (q, k, v), (0, 1, 2)),
+      "full_kernel": (impl, causal, lambda q, k, v: dispatch.full_attention(
+          q, k, v, seg, impl, interpret), (q, k, v), (0, 1, 2)),
   }
+  if impl == "pallas_gpu" and chunk == "4":  # the FlashAttention-2 backward beside the split one
+    fused = dataclasses.replace(kernels.AttentionBlockSizes.gpu(
+        None if interpret else jax.devices()[0].device_kind), backward="fused")
+    cases["compressed_fused_bwd"] = (impl, visible, lambda q, k, v, ek, ev: kernels.chunk_attention(
+        q, k, v, seg, ek, ev, entry_ends, entry_seg, window=dims["window"], implementation=impl,
+        interpret=interpret, block_sizes=fused), (q, k, v, ek, ev), (0, 1, 2, 3, 4))
   base = dict(section="kernels", T=t, M=chunk, dtype=jnp.dtype(dtype).name, capacity=capacity,
               **dims)
   rows = {}
   for name, (implementation, pairs, fn, inputs, argnums) in cases.items():
-    row = dict(base, op=name, impl=implementation, interpret=interpret and name == "compressed",
+    row = dict(base, op=name, impl=implementation, interpret=interpret and name != "full",
                useful_fwd_flops=per_score * pairs)
+    if name == "compressed":
+      row["tiles"] = tile_counts(t, entry_ends[0], dims["window"], implementation,
+                                 dims["heads"] // dims["kv_heads"])
+    elif name == "full_kernel":
+      row["tiles"] = tile_counts(t, np.full(1, kernels.PAD_END), t, implementation,
+                                 dims["heads"] // dims["kv_heads"])
     try:
-      row.update(_timings(fn, inputs, reps, argnums))
+      row.update(_timings(fn, inputs, reps, argnums, trace_dir and os.path.join(
+          trace_dir, f"T{t}_M{chunk}_{name}")))
       row["fwd_tflops"] = row["useful_fwd_flops"] / row["fwd_ms"] / 1e9
       row["fwd_bwd_tflops"] = 3.5 * row["useful_fwd_flops"] / row["fwd_bwd_ms"] / 1e9
       row["status"] = "ok"
     except Exception as e:  # noqa: BLE001 -- a failing row is a result; the others go on
       row["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
     rows[name] = row
-  c, f = rows["compressed"], rows["full"]
+  c, f, fk = rows["compressed"], rows["full"], rows["full_kernel"]
   stride = DYNAMIC_MEAN if chunk == "dynamic" else float(chunk)
   cmp = dict(base, op="speedup", useful_flop_ratio=causal / visible,
              formula_ratio=t / (t / stride + dims["window"]))  # T / (T/S + W)
@@ -128,7 +174,10 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
                fwd_bwd_speedup=f["fwd_bwd_ms"] / c["fwd_bwd_ms"], status="ok")
   else:
     cmp["status"] = "failed: a timed row failed"
-  return [c, f, cmp]
+  if f["status"] == fk["status"] == "ok":  # the project's kernel as causal attention
+    cmp.update(kernel_full_fwd_vs_best=f["fwd_ms"] / fk["fwd_ms"],
+               kernel_full_fwd_bwd_vs_best=f["fwd_bwd_ms"] / fk["fwd_bwd_ms"])
+  return [*rows.values(), cmp]
 
 
 def _step_impl(c, backend: str) -> str:
@@ -140,10 +189,10 @@ def _step_impl(c, backend: str) -> str:
   platform's Pallas kernel where the config validates with it, else their XLA path.
   """
   from chunkformer import config as config_lib
-  from chunkformer.attention import implementation as attention_implementation
+  from chunkformer.attention import dispatch
 
   if c.model.attention.kind == "full":
-    c.model.attention.implementation = attention_implementation.choose(
+    c.model.attention.implementation = dispatch.choose(
         config_lib.from_dict(c.to_dict()).model.attention, c.model.num_kv_heads, backend)
     return c.model.attention.implementation
   impl, _ = pallas_implementation(backend)
@@ -159,8 +208,9 @@ def _step_impl(c, backend: str) -> str:
   return impl
 
 
-def train_row(kind: str, t: int, small: bool, steps: int) -> dict:
-  """One compiled, timed training step of the study's model (one row per device)."""
+def train_row(kind: str, t: int, small: bool, steps: int, rows_per_device: int = 1) -> dict:
+  """One compiled, timed training step of the study's model (``rows_per_device`` rows of T
+  tokens on each device, one micro-batch)."""
   from chunkformer import config as config_lib
   from chunkformer import flops, trainer
   from chunkformer import runtime as runtime_lib
@@ -171,10 +221,11 @@ def train_row(kind: str, t: int, small: bool, steps: int) -> dict:
   if small:
     c.model.num_layers = 2  # v4's layer pattern repeats every 2 layers
   c.data.seq_len = t
-  c.data.batch_size = jax.device_count()
+  c.data.batch_size = jax.device_count() * rows_per_device
   c.train.grad_accum_steps = 1
   row = dict(section="train", op="train_step", kind=kind, T=t, config="qwen3_tiny (2 layers)"
-             if small else "qwen3_0p6b", rows=c.data.batch_size, devices=jax.device_count(),
+             if small else "qwen3_0p6b", rows=c.data.batch_size, rows_per_device=rows_per_device,
+             devices=jax.device_count(),
              implementation=_step_impl(c, backend))
   try:
     config = config_lib.from_dict(c.to_dict())

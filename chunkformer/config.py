@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chunkformer import data as data_lib
+from chunkformer.config_sections import capabilities
 from chunkformer.config_sections.attention import (
     ATTENTION_KINDS,
     BOUNDARY_PREDICTORS,
@@ -106,9 +107,8 @@ class Config:
     require(self.data.seq_len % context == 0, "data.seq_len",
             f"{self.data.seq_len} tokens do not split over mesh.context={context} devices")
     for i, layer in enumerate(self.model.layers):
-      require(layer.implementation == "xla", f"model.attention[layer {i}].implementation",
-              f"{layer.implementation!r} cannot split a row over mesh.context={context}; "
-              "context parallelism runs the 'xla' implementation")
+      refused = capabilities.context_refusal(layer.implementation, context)
+      require(refused is None, f"model.attention[layer {i}].implementation", refused)
     if not self.mesh.context_load_balance:
       return
     require(self.data.seq_len % (2 * context) == 0, "data.seq_len",

@@ -31,3 +31,7 @@ class AttentionContext:
   # Sparse prefill (chunkformer/sparse_prefill): a Plan the full-attention layers read while a
   # prompt fills an empty cache (decode.prefill(..., sparse=)); None: dense attention.
   sparse: Any = dataclasses.field(default=None, metadata=dict(static=True))
+  # kernels.RowLayout of segment_ids_BxT (document runs, starts, ends), computed once per step
+  # by the model, outside the layer scan and remat, for every layer's Pallas kernel; None: each
+  # kernel call computes it.
+  row_layout: Any = None

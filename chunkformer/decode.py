@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from chunkformer import sharding as sharding_lib
 from chunkformer.attention import attention_class
 from chunkformer.config import ModelConfig
+from chunkformer.config_sections import capabilities
 from chunkformer.eviction import prune
 from chunkformer.kvcache import full as full_cache
 from chunkformer.model import Transformer
@@ -93,10 +94,9 @@ def _check_layout(model: Transformer, prompt_BxT, layout, sparse=None) -> None:
                      f"mesh {dict(mesh.shape)}")
   if context > 1:
     for i, layer in enumerate(model.model.layers):
-      if layer.implementation != "xla":
-        raise ValueError(f"model.attention[layer {i}].implementation: "
-                         f"{layer.implementation!r} cannot split a prompt over "
-                         f"mesh.context={context}; context parallelism runs 'xla'")
+      refused = capabilities.context_refusal(layer.implementation, context, "a prompt")
+      if refused is not None:
+        raise ValueError(f"model.attention[layer {i}].implementation: {refused}")
     if sparse is not None and sparse.implementation != "xla":
       raise ValueError(f"sparse.implementation: {sparse.implementation!r} cannot split a "
                        f"prompt over mesh.context={context}; context parallelism runs 'xla'")

@@ -11,10 +11,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+import kernels
 from chunkformer import layer_stack
-from chunkformer.attention import AttentionContext, attention_class, context_axis, load_balance
-from chunkformer.attention import implementation as attention_implementation
-from chunkformer.config import ConfigError, ModelConfig
+from chunkformer.attention import (
+  AttentionContext,
+  attention_class,
+  context_axis,
+  dispatch,
+  load_balance,
+)
+from chunkformer.config import ConfigError, ModelConfig, capabilities
 from chunkformer.layers import RMSNorm, SwiGLU
 
 Array = jax.Array
@@ -29,7 +35,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxE: Array, ctx: AttentionContext, shared: dict) -> tuple[Array, dict]:
     m = self.model
-    attn_cfg = attention_implementation.resolve(m.layer_attention(self.layer), m.num_kv_heads)
+    attn_cfg = dispatch.resolve(m.layer_attention(self.layer), m.num_kv_heads)
     attention = attention_class(attn_cfg.kind)(m, attn_cfg, self.layer, name="attn")
     y, shared = attention(RMSNorm(eps=m.norm_eps, name="attn_norm")(x_BxTxE), ctx, shared)
     dtype = x_BxTxE.dtype  # the residual stream keeps its dtype (a scan carry must)
@@ -117,9 +123,15 @@ class Transformer(nn.Module):
       tokens_BxT, positions_BxT, segment_ids_BxT = (
           load_balance.reorder(x, ("batch", "length"), balance)
           for x in (tokens_BxT, positions_BxT, segment_ids_BxT))
+    # The kernels' view of the documents, once per step for every layer that reads it (outside
+    # the layer scan and remat).
+    reads_layout = not decode and any(
+        capabilities.TABLE[dispatch.resolve(m.layer_attention(i), m.num_kv_heads)
+                           .implementation].reads_row_layout for i in range(m.num_layers))
     ctx = AttentionContext(tokens_BxT, positions_BxT, segment_ids_BxT, train=train,
                            decode=decode, kv_exchange=self.kv_exchange,
-                           load_balanced=balance is not None, sparse=sparse)
+                           load_balanced=balance is not None, sparse=sparse,
+                           row_layout=kernels.row_layout(segment_ids_BxT) if reads_layout else None)
     embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0), ("vocab", "embed")),

@@ -37,10 +37,16 @@ def _check_shapes(q, k, v, segment_ids, entry_k, entry_v, entry_ends, entry_segm
     raise ValueError(f"sink_H must have shape {(h,)}, got {sink_H.shape}")
 
 
+def _device_kind(interpret) -> str | None:
+  """The device the kernel compiles for (None in interpret mode: the default tiles)."""
+  return None if interpret else jax.devices()[0].device_kind
+
+
 def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
                     entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, *, window: int,
                     sink_H=None, scale=None, implementation: str = "xla", interpret=False,
-                    block_sizes: AttentionBlockSizes | None = None) -> Array:
+                    block_sizes: AttentionBlockSizes | None = None,
+                    row_layout: layout.RowLayout | None = None) -> Array:
   """Attention of every query over [raw keys in its window] union [its visible entries].
 
   Query t (head h, key/value head h // (H/K): GQA, K = 1 is MQA) attends in one softmax to
@@ -55,7 +61,9 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   implementation: "xla" (pure jnp, differentiable by jax), "pallas_gpu" (Triton) or
   "pallas_tpu" (Mosaic); the Pallas paths carry a custom VJP. ``interpret`` runs the Pallas
   code on CPU (True, or ``pltpu.InterpretParams(...)`` for "pallas_tpu"). ``block_sizes``
-  defaults to ``AttentionBlockSizes.gpu()`` / ``.tpu()``.
+  defaults to ``AttentionBlockSizes.gpu(device kind)`` (the per-device table) / ``.tpu()``.
+  ``row_layout``: ``kernels.row_layout(segment_ids_BxT)`` when the caller has it already (a
+  model computes it once per step for all its layers); else computed here.
   Returns o_BxTxHxD in q's dtype.
   """
   implementations.check(implementation)
@@ -63,8 +71,12 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
                 entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, window, sink_H)
   # Documents become contiguous runs here, once for every implementation: the kernels' block
   # ranges assume it, so a reappearing id would otherwise give tile-size-dependent results.
-  run_BxT, entry_run_BxC = layout.document_runs(segment_ids_BxT, entry_ends_BxC,
-                                                entry_segment_ids_BxC)
+  if row_layout is not None and row_layout.run_BxT.shape != segment_ids_BxT.shape:
+    raise ValueError(f"row_layout must describe segment_ids_BxT {segment_ids_BxT.shape}, got "
+                     f"{row_layout.run_BxT.shape}")
+  run_BxT, entry_run_BxC = layout.document_runs(
+      segment_ids_BxT, entry_ends_BxC, entry_segment_ids_BxC,
+      None if row_layout is None else row_layout.run_BxT)
   args = (q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, entry_k_BxCxKxD, entry_v_BxCxKxD,
           entry_ends_BxC, entry_run_BxC)
   if scale is None:
@@ -76,8 +88,9 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
     from kernels import attention_gpu
     return attention_gpu.chunk_attention_gpu(
         *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
-        block_sizes=block_sizes or AttentionBlockSizes.gpu())
+        block_sizes=block_sizes or AttentionBlockSizes.gpu(_device_kind(interpret)),
+        row_layout=row_layout)
   from kernels import attention_tpu
   return attention_tpu.chunk_attention_tpu(
       *args, sink_H=sink_H, window=window, scale=float(scale), interpret=interpret,
-      block_sizes=block_sizes or AttentionBlockSizes.tpu())
+      block_sizes=block_sizes or AttentionBlockSizes.tpu(), row_layout=row_layout)

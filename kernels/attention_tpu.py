@@ -325,24 +325,24 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
 # ------------------------------------------------------------------ ranges, custom VJP, API
 
 
-def _ranges(cfg: _Cfg, seg, eends, eseg):
+def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
   """Scalar-prefetch arrays: per query block (forward, dq) and per key/entry block (dk, dv)."""
   b, tp = seg.shape
   cp = eends.shape[1]
   per = lambda x, n: x.reshape(b, -1, n)
   cdiv = lambda x, n: -(-x // n)
-  kvlo = layout.raw_key_start(seg, cfg.window)
-  elo, ehi = layout.visible_entry_range(eends, eseg, seg)
+  kvlo = layout.raw_key_start(seg, cfg.window, doc_start)
+  elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
   raw_lo = jnp.min(per(kvlo, cfg.bq), axis=2) // cfg.bk
   raw_hi = cdiv(jnp.arange(cfg.nq, dtype=jnp.int32) * cfg.bq + cfg.bq, cfg.bk)
   ent_lo = jnp.min(per(elo, cfg.bq), axis=2) // cfg.bc
   ent_n = jnp.maximum(cdiv(jnp.max(per(ehi, cfg.bq), axis=2), cfg.bc) - ent_lo, 0)
   fwd = (raw_lo, raw_hi[None] - raw_lo, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
   # Raw key s is seen by queries [s, min(s + window, end of its document)).
-  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + cfg.window, layout.document_ends(seg))
+  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + cfg.window, doc_end)
   rq_lo = jnp.arange(tp // cfg.bk, dtype=jnp.int32)[None] * cfg.bk // cfg.bq
   rq_n = cdiv(jnp.max(per(kqhi, cfg.bk), axis=2), cfg.bq) - rq_lo
-  eqlo, eqhi = layout.entry_query_range(eends, seg)
+  eqlo, eqhi = layout.entry_query_range(eends, seg, doc_end)
   eq_lo = jnp.min(per(eqlo, cfg.bc), axis=2) // cfg.bq
   eq_n = jnp.maximum(cdiv(jnp.max(per(eqhi, cfg.bc), axis=2), cfg.bq) - eq_lo, 0)
   raw_bwd = (jnp.broadcast_to(rq_lo, rq_n.shape), jnp.minimum(rq_n, cfg.raw_q_steps))
@@ -351,10 +351,10 @@ def _ranges(cfg: _Cfg, seg, eends, eseg):
   return as_int(fwd), as_int(raw_bwd), as_int(entry_bwd)
 
 
-def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
+def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
   """Heads-major padded inputs -> (o_BxHxTpxD, lse_BxHxTpx128)."""
   b, h, tp, d = q.shape
-  fwd, _, _ = _ranges(cfg, seg, eends, eseg)
+  fwd, _, _ = _ranges(cfg, seg, eends, eseg, *bounds)
   sink8 = jnp.broadcast_to(sink[None, :], (_SUBLANES, h))
   return _q_major_call(
       _fwd_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
@@ -366,18 +366,18 @@ def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
-  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink)[0]
+def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
+  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds)[0]
 
 
-def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink):
-  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink)
-  return o, (q, k, v, seg, ek, ev, eends, eseg, sink, o, lse)
+def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
+  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds)
+  return o, (q, k, v, seg, ek, ev, eends, eseg, sink, bounds, o, lse)
 
 
 def _attention_bwd(cfg, res, do):
-  q, k, v, seg, ek, ev, eends, eseg, sink, o, lse = res
-  fwd, raw_bwd, entry_bwd = _ranges(cfg, seg, eends, eseg)
+  q, k, v, seg, ek, ev, eends, eseg, sink, bounds, o, lse = res
+  fwd, raw_bwd, entry_bwd = _ranges(cfg, seg, eends, eseg, *bounds)
   delta = jnp.sum(o.astype(_F32) * do.astype(_F32), axis=-1)  # B x H x Tp
   lse_t = lse[..., 0]
   delta_col = jnp.broadcast_to(delta[..., None], delta.shape + (_LANES,))
@@ -395,7 +395,7 @@ def _attention_bwd(cfg, res, do):
                        entries=True)
   # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
   dsink = -jnp.sum(jnp.exp(sink[None, :, None] - lse_t) * delta, axis=(0, 2))
-  return dq, dk, dv, None, dek, dev, None, None, dsink
+  return dq, dk, dv, None, dek, dev, None, None, dsink, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -416,8 +416,10 @@ def _config(bs: AttentionBlockSizes, t: int, c: int, window: int, scale: float, 
 
 def chunk_attention_tpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
                         entry_v_BxCxKxD, entry_ends_BxC, entry_segment_ids_BxC, *, sink_H,
-                        window: int, scale: float, interpret, block_sizes: AttentionBlockSizes):
-  """Pallas Mosaic implementation of ``kernels.chunk_attention`` (same semantics)."""
+                        window: int, scale: float, interpret, block_sizes: AttentionBlockSizes,
+                        row_layout: layout.RowLayout | None = None):
+  """Pallas Mosaic implementation of ``kernels.chunk_attention`` (same semantics); ``row_layout``
+  as for ``attention_gpu.chunk_attention_gpu``."""
   interpret = interpret if isinstance(interpret, pltpu.InterpretParams) else bool(interpret)
   b, t, h, d = q_BxTxHxD.shape
   kh, c = k_BxTxKxD.shape[2], entry_k_BxCxKxD.shape[1]
@@ -429,5 +431,8 @@ def chunk_attention_tpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   sink = jnp.full((h,), -jnp.inf, _F32) if sink_H is None else sink_H.astype(_F32)
   o = _attention(cfg, heads_major(q_BxTxHxD, tp), heads_major(k_BxTxKxD, tp),
                  heads_major(v_BxTxKxD, tp), seg, heads_major(entry_k_BxCxKxD, cp),
-                 heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink)
+                 heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink,
+                 layout.padded_document_bounds(
+                     layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout,
+                     tp))
   return jnp.swapaxes(o, 1, 2)[:, :t]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+BACKWARDS = ("split", "fused")
+
 
 def _check_positive(obj) -> None:
   for f in dataclasses.fields(obj):
@@ -30,18 +32,38 @@ class AttentionBlockSizes:
   block_c_bwd: int = 32  # entries per program of the entry dk/dv kernel
   num_warps: int = 4  # Triton only
   num_stages: int = 2  # Triton only
+  # Triton backward: "split" = a dq kernel beside the dk/dv kernels (7 score-sized matmuls per
+  # tile pair); "fused" = the dk/dv kernels also add dq with atomics (FlashAttention-2's 5).
+  backward: str = "split"
 
   def __post_init__(self):
     _check_positive(self)
+    if self.backward not in BACKWARDS:
+      raise ValueError(f"AttentionBlockSizes.backward must be one of {BACKWARDS}, "
+                       f"got {self.backward!r}")
 
   @classmethod
-  def gpu(cls) -> AttentionBlockSizes:
-    return cls()
+  def gpu(cls, device_kind: str | None = None) -> AttentionBlockSizes:
+    """The tiles for ``device_kind`` (``jax.Device.device_kind``) from ``GPU_ATTENTION_TILES``,
+    else the defaults (every GPU the table does not name, and interpret mode)."""
+    return GPU_ATTENTION_TILES.get(device_kind or "", cls())
 
   @classmethod
   def tpu(cls) -> AttentionBlockSizes:
     return cls(block_q=128, block_k=128, block_c=128, block_q_bwd=128, block_k_bwd=128,
                block_c_bwd=128)
+
+
+# Hopper: 128-row forward tiles with 8 warps and 3 stages (the configuration of Triton's
+# fused-attention tutorial for head dim 128 on H100), >= 64-row backward tiles. Chosen, not yet
+# tuned: bench.device_check measures them (the H200 figures of 2026-12-04 ran the defaults).
+_HOPPER = AttentionBlockSizes(block_q=128, block_k=64, block_c=64, block_q_bwd=64, block_k_bwd=64,
+                              block_c_bwd=64, num_warps=8, num_stages=3)
+GPU_ATTENTION_TILES = {
+    "NVIDIA H100": _HOPPER,
+    "NVIDIA H100 80GB HBM3": _HOPPER,
+    "NVIDIA H200": _HOPPER,
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,20 +42,20 @@ def document_starts(segment_ids_BxT: Array) -> Array:
 
 
 def document_runs(segment_ids_BxT: Array, entry_ends_Bx_: Array,
-                  entry_segment_ids_Bx_: Array) -> tuple[Array, Array]:
+                  entry_segment_ids_Bx_: Array, run_BxT: Array | None = None
+                  ) -> tuple[Array, Array]:
   """Renames documents to run indices: ``(run_BxT, entry_run_Bx_)``.
 
   ``run_BxT`` counts document starts (a contiguous run of equal ids is one document, so an id
-  that reappears later gets a new index). An entry (any shape after the batch axis, e.g. BxC or
-  BxCxK) takes the run of the token it ends at when its segment id is that token's; any other
-  entry (padding, or an id that disagrees with its end position) gets ``PAD_SEGMENT`` and is
-  never visible. On inputs whose ids are contiguous this changes no visibility decision.
+  that reappears later gets a new index; pass it when known, ``RowLayout.run_BxT``). An entry
+  (any shape after the batch axis, e.g. BxC or BxCxK) takes the run of the token it ends at
+  when its segment id is that token's; any other entry (padding, or an id that disagrees with
+  its end position) gets ``PAD_SEGMENT`` and is never visible. On inputs whose ids are
+  contiguous this changes no visibility decision.
   """
   b, t = segment_ids_BxT.shape
-  is_start = jnp.concatenate(
-      [jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool),
-       segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1]], axis=1)
-  run_BxT = jnp.cumsum(is_start, axis=1, dtype=jnp.int32)
+  if run_BxT is None:
+    run_BxT = document_run_index(segment_ids_BxT)
   ends = entry_ends_Bx_.reshape(b, -1)
   inside = (ends >= 0) & (ends < t)
   at = jnp.where(inside, ends, 0).astype(jnp.int32)
@@ -63,6 +63,40 @@ def document_runs(segment_ids_BxT: Array, entry_ends_Bx_: Array,
                   == entry_segment_ids_Bx_.reshape(b, -1))
   entry_run = jnp.where(own, jnp.take_along_axis(run_BxT, at, axis=1), PAD_SEGMENT)
   return run_BxT, entry_run.astype(jnp.int32).reshape(entry_ends_Bx_.shape)
+
+
+def document_run_index(segment_ids_BxT: Array) -> Array:
+  """run_BxT: 1 + the number of document starts before or at t (documents = contiguous runs)."""
+  is_start = jnp.concatenate(
+      [jnp.ones_like(segment_ids_BxT[:, :1], dtype=bool),
+       segment_ids_BxT[:, 1:] != segment_ids_BxT[:, :-1]], axis=1)
+  return jnp.cumsum(is_start, axis=1, dtype=jnp.int32)
+
+
+class RowLayout(NamedTuple):
+  """What the kernels read of a row's documents: computed once per step (``row_layout``; the
+  model puts it in its attention context, outside the layer scan and remat) and shared by every
+  layer's call instead of being recomputed in each."""
+
+  run_BxT: Array  # document_run_index
+  doc_start_BxT: Array  # document_starts
+  doc_end_BxT: Array  # document_ends
+
+
+def row_layout(segment_ids_BxT: Array) -> RowLayout:
+  """The ``RowLayout`` of a batch of rows."""
+  return RowLayout(document_run_index(segment_ids_BxT), document_starts(segment_ids_BxT),
+                   document_ends(segment_ids_BxT))
+
+
+def padded_document_bounds(rows: RowLayout, padded_len: int) -> tuple[Array, Array]:
+  """(doc_start, doc_end) of rows padded at the end to ``padded_len`` with their last segment
+  id (the kernels' edge padding): the padding joins the last document."""
+  b, t = rows.doc_start_BxT.shape
+  extra = padded_len - t
+  start = jnp.pad(rows.doc_start_BxT.astype(jnp.int32), ((0, 0), (0, extra)), mode="edge")
+  end = jnp.where(rows.doc_end_BxT == t, padded_len, rows.doc_end_BxT).astype(jnp.int32)
+  return start, jnp.pad(end, ((0, 0), (0, extra)), constant_values=padded_len)
 
 
 def document_ends(segment_ids_BxT: Array) -> Array:
@@ -97,7 +131,8 @@ def entry_visibility_BxTxC(entry_visible_from_BxC: Array, entry_segment_ids_BxC:
 
 
 def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
-                        segment_ids_BxT: Array) -> tuple[Array, Array]:
+                        segment_ids_BxT: Array, doc_start_BxT: Array | None = None
+                        ) -> tuple[Array, Array]:
   """Per-query visible entry range [start_BxT, stop_BxT).
 
   Query t sees entry c iff ``entry_ends[c] <= t`` and ``entry_segment_ids[c] ==
@@ -110,13 +145,20 @@ def visible_entry_range(entry_ends_BxC: Array, entry_segment_ids_BxC: Array,
   """
   del entry_segment_ids_BxC  # implied by the end position under the layout conventions
   t = segment_ids_BxT.shape[1]
-  pos_BxT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), segment_ids_BxT.shape)
-  doc_start_BxT = document_starts(segment_ids_BxT)
+  # No search: visible_up_to[t] = entries with end <= t, a histogram of the ends and its running
+  # sum (O(T + C) integer work; the ends are sorted, so counts are indices). Ends outside
+  # [0, T) (padding) are counted in an extra bin that no query reads.
   ends = entry_ends_BxC.astype(jnp.int32)
-  start = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="left"))(ends, doc_start_BxT)
-  stop = jax.vmap(lambda e, s: jnp.searchsorted(e, s, side="right"))(ends, pos_BxT)
-  start = start.astype(jnp.int32)
-  return start, jnp.maximum(stop.astype(jnp.int32), start)
+  bins = jnp.where((ends >= 0) & (ends < t), ends, t)
+  hist = jax.vmap(lambda i: jnp.zeros((t + 1,), jnp.int32).at[i].add(1))(bins)
+  below = jnp.sum(ends < 0, axis=1, dtype=jnp.int32)[:, None]  # visible from before the row
+  visible_up_to = below + jnp.cumsum(hist[:, :t], axis=1, dtype=jnp.int32)
+  if doc_start_BxT is None:
+    doc_start_BxT = document_starts(segment_ids_BxT)
+  before_doc = jnp.where(doc_start_BxT > 0,
+                         jnp.take_along_axis(visible_up_to, jnp.maximum(doc_start_BxT - 1, 0),
+                                             axis=1), below)
+  return before_doc, jnp.maximum(visible_up_to, before_doc)
 
 
 def chunk_starts(ends_BxT: Array, segment_ids_BxT: Array) -> tuple[Array, Array]:
@@ -177,14 +219,18 @@ def chunk_structure(ends_BxT: Array, segment_ids_BxT: Array, capacity: int) -> C
                         entry_starts, num_entries)
 
 
-def raw_key_start(segment_ids_BxT: Array, window: int) -> Array:
+def raw_key_start(segment_ids_BxT: Array, window: int, doc_start_BxT: Array | None = None
+                  ) -> Array:
   """First raw key position query t may see: max(t - window + 1, doc_start(t))."""
   t = segment_ids_BxT.shape[1]
   pos = jnp.arange(t, dtype=jnp.int32)
-  return jnp.maximum(pos - window + 1, document_starts(segment_ids_BxT))
+  if doc_start_BxT is None:
+    doc_start_BxT = document_starts(segment_ids_BxT)
+  return jnp.maximum(pos - window + 1, doc_start_BxT)
 
 
-def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array) -> tuple[Array, Array]:
+def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array,
+                      doc_end_BxT: Array | None = None) -> tuple[Array, Array]:
   """Queries that may see each entry: [lo_BxC, hi_BxC) = [end, end of the end's document).
 
   Padding entries (end beyond the row) get the empty range [T, T). Backward kernels loop over
@@ -193,6 +239,8 @@ def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array) -> tuple[Ar
   t = segment_ids_BxT.shape[1]
   inside = entry_ends_BxC < t
   end = jnp.where(inside, entry_ends_BxC, 0).astype(jnp.int32)
-  doc_end = jnp.take_along_axis(document_ends(segment_ids_BxT), end, axis=1)
+  if doc_end_BxT is None:
+    doc_end_BxT = document_ends(segment_ids_BxT)
+  doc_end = jnp.take_along_axis(doc_end_BxT, end, axis=1)
   return (jnp.where(inside, end, t).astype(jnp.int32),
           jnp.where(inside, doc_end, t).astype(jnp.int32))

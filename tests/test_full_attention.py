@@ -17,8 +17,8 @@ import pytest
 
 from chunkformer import objective
 from chunkformer.attention import blockwise
-from chunkformer.attention import implementation as impl_lib
-from chunkformer.attention.full import full_attention
+from chunkformer.attention import dispatch as impl_lib
+from chunkformer.attention.dispatch import full_attention
 from chunkformer.config import AttentionConfig, ConfigError, ModelConfig
 from chunkformer.model import Transformer
 

@@ -28,11 +28,18 @@ def _kernel_names(fn, *args, implementation):
   return {n for n in names if n.startswith(("chunk_attention", "segment_pool", "decode"))}
 
 
-@pytest.mark.parametrize("implementation", ["pallas_gpu", "pallas_tpu"])
-def test_chunk_attention_lowers_forward_and_backward(implementation):
-  # Benchmark shapes in miniature: bf16, MQA, head dim 128, window 128, M = 4, default tiles.
+@pytest.mark.parametrize("implementation,device_kind", [
+    ("pallas_gpu", None), ("pallas_gpu", "NVIDIA H200"), ("pallas_gpu", "fused"),
+    ("pallas_tpu", None)])
+def test_chunk_attention_lowers_forward_and_backward(implementation, device_kind):
+  # Benchmark shapes in miniature: bf16, MQA, head dim 128, window 128, M = 4, default tiles
+  # (and the per-device table's Hopper tiles).
   args, kw = kc.attention_case(0, b=1, t=512, h=4, kh=1, d=128, m=4, docs=2, window=128,
                                sink=True, dtype=jnp.bfloat16)
+  if device_kind == "fused":  # the FlashAttention-2 backward: atomics, no dq kernel
+    kw = dict(kw, block_sizes=kernels.AttentionBlockSizes(backward="fused"))
+  elif device_kind:
+    kw = dict(kw, block_sizes=kernels.AttentionBlockSizes.gpu(device_kind))
   fwd = lambda *a: kernels.chunk_attention(*a, **kw, implementation=implementation)
   loss = lambda q, k, v, ek, ev: fwd(q, k, v, args[3], ek, ev, *args[6:]).astype(
       jnp.float32).sum()
@@ -41,8 +48,9 @@ def test_chunk_attention_lowers_forward_and_backward(implementation):
       q, k, v, ek, ev)
   names = _kernel_names(both, *args[:3], *args[4:6], implementation=implementation)
   if implementation == "pallas_gpu":
-    assert names == {"chunk_attention_fwd", "chunk_attention_dq", "chunk_attention_dkv_raw",
-                     "chunk_attention_dkv_entries"}
+    assert names == {"chunk_attention_fwd", "chunk_attention_dkv_raw",
+                     "chunk_attention_dkv_entries"} | ({"chunk_attention_dq"} if device_kind != (
+                         "fused") else set())
   else:
     assert names == {"chunk_attention_fwd_tpu", "chunk_attention_dq_tpu",
                      "chunk_attention_dkv_raw_tpu", "chunk_attention_dkv_entries_tpu"}

@@ -85,6 +85,62 @@ def test_pallas_gpu_attention_matches_reference_with_gradients(case):
   _check_attention("pallas_gpu", SMALL_GPU, **case)
 
 
+@pytest.mark.parametrize("h,kh,dtype", [(4, 2, jnp.float32), (8, 2, jnp.float32),
+                                         (6, 2, jnp.float32), (4, 2, jnp.bfloat16)],
+                         ids=["G2", "G4", "G3", "G2bf16"])
+def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh, dtype):
+  # 64-row query tiles: G = 2 and 4 run one forward program per kv head (32 and 16 tokens x
+  # G heads per tile); G = 3 (not a power of two) keeps one program per head.
+  from kernels import attention_gpu
+
+  tiles = kernels.AttentionBlockSizes(block_q=64, block_k=16, block_c=16, block_q_bwd=16,
+                                      block_k_bwd=16, block_c_bwd=16)
+  cfg = attention_gpu._config(tiles, 40, 16, 7, 1.0, h // kh, True)
+  assert (cfg.fwd_group, cfg.bq_fwd) == {2: (2, 32), 4: (4, 16), 3: (1, 64)}[h // kh]
+  _check_attention("pallas_gpu", tiles, t=40, h=h, kh=kh, d=16, window=7, sink=True,
+                   dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("h,kh,block_q", [(4, 2, 64), (3, 1, 16)], ids=["G2rows", "G3heads"])
+def test_pallas_gpu_fused_backward_matches_reference(h, kh, block_q):
+  # The FlashAttention-2 backward: the dk/dv kernels add dq by atomics (no dq kernel), with the
+  # group's heads as rows (G = 2) and with the serial loop over heads (G = 3).
+  tiles = kernels.AttentionBlockSizes(block_q=block_q, block_k=16, block_c=16, block_q_bwd=16,
+                                      block_k_bwd=16, block_c_bwd=16, backward="fused")
+  _check_attention("pallas_gpu", tiles, t=40, h=h, kh=kh, d=16, window=7, sink=True,
+                   dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("implementation,tiles", [("pallas_gpu", SMALL_GPU),
+                                                   ("pallas_tpu", SMALL_TPU)])
+def test_pallas_attention_with_a_precomputed_row_layout_is_the_same(implementation, tiles):
+  # The model hands every layer kernels.row_layout(segment ids) computed once per step.
+  args, kw = kc.attention_case(1, b=2, t=40, h=4, kh=2, d=16, m=3, docs=3, window=7,
+                               sink=True, dtype=jnp.float32)
+  seg = args[3]
+
+  def run(row_layout):
+    loss = lambda q, k, v, ek, ev: jnp.sum(jnp.sin(kernels.chunk_attention(
+        q, k, v, seg, ek, ev, *args[6:], **kw, implementation=implementation, interpret=True,
+        block_sizes=tiles, row_layout=row_layout)))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(*args[:3], *args[4:6])
+
+  (got, got_g), (want, want_g) = run(kernels.row_layout(seg)), run(None)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  for a, b in zip(got_g, want_g, strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_pallas_gpu_attention_with_the_hopper_tiles_matches_reference_with_gradients():
+  # The per-device table's tiles (128-row forward, 64-row backward) unclamped: T = 160 pads to
+  # two 128-row query blocks; a window of 100 gives interior and boundary blocks.
+  hopper = kernels.AttentionBlockSizes.gpu("NVIDIA H200")
+  assert hopper.block_q == 128 and hopper.block_q_bwd >= 64
+  assert kernels.AttentionBlockSizes.gpu("an unknown GPU") == kernels.AttentionBlockSizes()
+  _check_attention("pallas_gpu", hopper, t=160, h=4, kh=2, d=16, window=100, sink=True,
+                   dtype=jnp.float32)
+
+
 TPU_CASES = [
     dict(t=37, h=3, kh=1, d=12, window=5, sink=True, dtype=jnp.float32),
     dict(t=32, h=2, kh=2, d=16, window=0, sink=False, dtype=jnp.bfloat16),

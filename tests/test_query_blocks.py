@@ -40,7 +40,7 @@ def _loss(fn, window, **fixed):
   def loss(q, k, v, ek, ev, sink):
     o = fn(q, k, v, fixed["seg"], window=window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
            entry_ends_BxCxK=fixed["ends"], entry_segment_ids_BxCxK=fixed["eseg"], sink_H=sink,
-           implementation="xla", interpret=False, **fixed.get("extra", {}))
+           **fixed.get("extra", {}))
     weights = jnp.cos(jnp.arange(o.size, dtype=jnp.float32)).reshape(o.shape)
     return jnp.sum(o * weights), o
   return loss

@@ -1,7 +1,8 @@
 """Attention over [raw tokens in a sliding window] union [visible compressed entries].
 
 Pure functions shared by the ``window``, ``fixed`` and ``dynamic`` kinds and their decoding
-step; ``attend`` picks this XLA path or the Pallas kernels by ``attn.implementation``. The cost
+step; this is their ``xla`` implementation (``attention.dispatch`` chooses between it and the
+Pallas kernels, ``config_sections/capabilities.py`` says which serves what). The cost
 scales with compression: no T x T score matrix is built. Queries are cut into blocks of
 P = min(W, T) tokens that attend to their own and the previous key block (2P keys, masked to
 the window), and to the C entries (T x C scores); one softmax spans both parts and the optional
@@ -238,28 +239,16 @@ def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT
            window: int, tail: Tail | None = None, entry_k_BxCxKxD: Array,
            entry_v_BxCxKxD: Array | None,
            entry_ends_BxCxK: Array, entry_segment_ids_BxCxK: Array, sink_H: Array | None,
-           implementation: str, interpret: bool, entry_select_BxTxKxC: Array | None = None,
+           entry_select_BxTxKxC: Array | None = None,
            entry_bias_BxTxKxC: Array | None = None) -> Array:
-  """``compressed_attention`` ("xla") or ``kernels.chunk_attention`` (the Pallas kernels).
-
-  The kernels read one end (and document) per entry, so the kv heads' ends must agree there
-  and there is no entry selection or bias: ``AttentionConfig.validate`` refuses per-head
-  stagger, top-k and the tail with a Pallas implementation.
-  """
-  if implementation == "xla":
-    # Documents as contiguous runs, as kernels.chunk_attention reads them.
-    run_BxT, entry_run_BxCxK = kernels.document_runs(segment_ids_BxT, entry_ends_BxCxK,
-                                                    entry_segment_ids_BxCxK)
-    return compressed_attention(
-        q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, window=window, tail=tail,
-        entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
-        entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_run_BxCxK,
-        entry_select_BxTxKxC=entry_select_BxTxKxC, entry_bias_BxTxKxC=entry_bias_BxTxKxC,
-        sink_H=sink_H)
-  if tail is not None:
-    raise ValueError("the uncompressed tail runs with implementation 'xla' only")
-  ev = entry_k_BxCxKxD if entry_v_BxCxKxD is None else entry_v_BxCxKxD
-  return kernels.chunk_attention(
-      q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD, ev,
-      entry_ends_BxCxK[:, :, 0], entry_segment_ids_BxCxK[:, :, 0], window=window, sink_H=sink_H,
-      implementation=implementation, interpret=interpret)
+  """``compressed_attention`` over documents as contiguous runs: the ``xla`` implementation of
+  the compressed kinds for a whole row (``attention.dispatch`` picks it or the kernels)."""
+  # Documents as contiguous runs, as kernels.chunk_attention reads them.
+  run_BxT, entry_run_BxCxK = kernels.document_runs(segment_ids_BxT, entry_ends_BxCxK,
+                                                  entry_segment_ids_BxCxK)
+  return compressed_attention(
+      q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, run_BxT, window=window, tail=tail,
+      entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
+      entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_run_BxCxK,
+      entry_select_BxTxKxC=entry_select_BxTxKxC, entry_bias_BxTxKxC=entry_bias_BxTxKxC,
+      sink_H=sink_H)

@@ -11,9 +11,9 @@ entry becomes visible one token after its last token (chunkformer/chunking/route
 Per layer: the same compressor as the ``fixed`` kind (``Compressor``: projections, gate logits,
 slot bias indexed by the token's position inside its chunk, RMSNorm, RoPE at the chunk's start
 position; pooling gated | gated_no_bias | mean) pools each closed chunk into one entry of a
-static-capacity packed buffer (``kernels.segment_pool``), and ``compressed_core.attend`` (through
-``query_blocks.attend``: at long T in blocks of queries; the
-blockwise XLA path, or ``kernels.chunk_attention`` for Pallas) runs one softmax over the raw
+static-capacity packed buffer (``kernels.segment_pool``), and ``dispatch.compressed_attention``
+(the blockwise XLA path, at long T in blocks of queries, or ``kernels.chunk_attention`` for
+Pallas) runs one softmax over the raw
 tokens of the sliding window W, the visible entries (end <= t, same document) and the optional
 sink. Boundaries are one ``chunking.boundaries.Boundaries`` value (end flags, router
 probabilities, packed layout with each entry's visible-from position). With
@@ -52,7 +52,7 @@ import jax.numpy as jnp
 
 import kernels
 from chunkformer import chunking
-from chunkformer.attention import context_axis, dynamic_context, query_blocks
+from chunkformer.attention import context_axis, dispatch, dynamic_context
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.chunking import boundaries as boundaries_lib
 from chunkformer.chunking.boundaries import (
@@ -187,10 +187,11 @@ class DynamicAttention(nn.Module):
     # the kernels' plain reference, which stays the oracle of the Pallas kernels; at long T in
     # blocks of queries, since the capacity (T / min_chunk) would make T x C scores dominate.
     per_head = (b, cap, ek.shape[2])
-    o = query_blocks.attend(
-        q, k, v, seg, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
+    o, _ = dispatch.compressed_attention(
+        q, k, v, seg, kind=a.kind, window=a.window, entry_k_BxCxKxD=ek, entry_v_BxCxKxD=ev,
         entry_ends_BxCxK=jnp.broadcast_to(layout.entry_visible_from_BxC[:, :, None], per_head),
         entry_segment_ids_BxCxK=jnp.broadcast_to(layout.entry_segment_ids_BxC[:, :, None],
                                                  per_head),
-        sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
+        sink_H=sink_H, implementation=a.implementation, interpret=a.interpret,
+        row_layout=ctx.row_layout)
     return o, entries

@@ -24,12 +24,12 @@ Projections (attn.layout): ``qwen3`` (q/k/v/o, attention/common.py) or ``deepsee
 Values that carry RoPE are rotated back at the query position after attention
 (``common.derotate``, all implementations and decoding alike).
 
-Implementation (attn.implementation): ``compressed_core.attend`` runs the blockwise XLA path
-("xla") or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries (one
-end per entry, so per-head stagger and the indexer stay on "xla"; config validation says so).
-Long rows on "xla" go through ``query_blocks.attend_selected`` (queries in blocks under remat,
-so the scores held are L x C, not T x C), the tail and the indexer's scores, top-k and KL
-computed per block too.
+Implementation (attn.implementation): ``dispatch.compressed_attention`` runs the blockwise XLA
+path ("xla": ``query_blocks.attend_selected``, queries in blocks under remat at long T, so the
+scores held are L x C, not T x C, the tail and the indexer's scores, top-k and KL computed per
+block too) or ``kernels.chunk_attention`` ("pallas_gpu" / "pallas_tpu") over the same entries
+(one end per entry, so per-head stagger, the tail and the indexer stay on "xla":
+``config_sections/capabilities.py``).
 
 Decoding (ctx.decode, cache from ``init_cache``): a ring buffer of the last W raw keys/values,
 the open chunk's buffered slots (and the previous chunk's, for overlap), closed entries in a
@@ -46,7 +46,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from chunkformer.attention import compressed_core, query_blocks
+from chunkformer.attention import compressed_core, dispatch, query_blocks
 from chunkformer.attention.common import AttentionContext, derotate, projections
 from chunkformer.attention.lightning_indexer import LightningIndexer
 from chunkformer.compression import Compressor, chunk_offsets, fixed_chunks, tail_start
@@ -144,12 +144,13 @@ class FixedAttention(nn.Module):
                                     chunks.segment_ids_BxCxK, ctx.segment_ids_BxT, a.topk)
       # Long rows on the XLA path run in blocks of queries (score memory L x C, not T x C),
       # the tail and the indexer's selection cut into the same blocks.
-      o, stats = query_blocks.attend_selected(
-          q, k, v, ctx.segment_ids_BxT, window=a.window,
+      o, stats = dispatch.compressed_attention(
+          q, k, v, ctx.segment_ids_BxT, kind=a.kind, window=a.window,
           tail=self._tail(offsets, b, t, ctx.segment_ids_BxT), selector=selector,
           entry_k_BxCxKxD=ek, entry_v_BxCxKxD=entries.get("v"),
           entry_ends_BxCxK=chunks.ends_BxCxK, entry_segment_ids_BxCxK=chunks.segment_ids_BxCxK,
-          sink_H=sink_H, implementation=a.implementation, interpret=a.interpret)
+          sink_H=sink_H, implementation=a.implementation, interpret=a.interpret,
+          row_layout=ctx.row_layout)
       if isinstance(indexer, LightningIndexer):
         indexer.sow_kl(stats)
       return o, entries

@@ -1,7 +1,7 @@
 """Full causal attention (GQA/MQA): the control of the study.
 
-Implementations (``attn.implementation``; ``auto`` is resolved per platform by
-``attention.implementation.resolve`` before the layer is built):
+Implementations (``attn.implementation``; ``auto`` is resolved per platform and the path run by
+``attention.dispatch``, from the table in ``config_sections/capabilities.py``):
 - ``xla``: ``jax.nn.dot_product_attention`` with a dense B x 1 x T x T document-causal mask
   (XLA materialises every score: memory grows as T**2);
 - ``blockwise``: the online-softmax path of ``attention.blockwise`` (custom VJP), memory
@@ -22,48 +22,15 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
-import kernels
-from chunkformer.attention import blockwise, context_axis, ring
-from chunkformer.attention.common import (
-  AttentionContext,
-  OutputProjection,
-  QKVProjection,
-  document_causal_mask,
-)
+from chunkformer.attention import context_axis, ring
+from chunkformer.attention.common import AttentionContext, OutputProjection, QKVProjection
+from chunkformer.attention.dispatch import full_attention
 from chunkformer.config import AttentionConfig, ModelConfig
 from chunkformer.kvcache import common as cache_lib
 from chunkformer.kvcache import full as full_cache
-from kernels.implementation import PALLAS
 
 Array = jax.Array
-
-
-def full_attention(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array,
-                   implementation: str, interpret: bool = False) -> Array:
-  """Document-causal attention of every query over its document's earlier keys; o_BxTxHxD."""
-  if implementation == "xla":
-    mask = document_causal_mask(segment_ids_BxT)
-    return jax.nn.dot_product_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, mask=mask,
-                                        implementation="xla")
-  if implementation == "blockwise":
-    return blockwise.blockwise_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT)
-  if implementation == "splash":
-    from chunkformer.attention import splash  # Pallas TPU imports: only where it runs
-    return splash.splash_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT,
-                                   interpret=interpret)
-  if implementation not in PALLAS:
-    raise ValueError(f"full attention: unknown implementation {implementation!r} "
-                     f"(resolve 'auto' first)")
-  b, t = segment_ids_BxT.shape
-  kh, d = k_BxTxKxD.shape[2:]
-  no_entries = jnp.zeros((b, 1, kh, d), k_BxTxKxD.dtype)
-  return kernels.chunk_attention(
-      q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, no_entries, no_entries,
-      jnp.full((b, 1), kernels.PAD_END, jnp.int32),
-      jnp.full((b, 1), kernels.PAD_SEGMENT, jnp.int32),
-      window=t, implementation=implementation, interpret=interpret)
 
 
 class FullAttention(nn.Module):
@@ -99,5 +66,5 @@ class FullAttention(nn.Module):
                                       balanced=ctx.load_balanced)
       return OutputProjection(self.model, name="out")(o_BxTxHxD), shared
     o_BxTxHxD = full_attention(q, k, v, ctx.segment_ids_BxT, self.attn.implementation,
-                               self.attn.interpret)
+                               self.attn.interpret, ctx.row_layout)
     return OutputProjection(self.model, name="out")(o_BxTxHxD), shared

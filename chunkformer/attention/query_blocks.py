@@ -24,9 +24,9 @@ Everything per query is cut into the same blocks:
   its own row only, so it equals the whole-row selection; the statistics are summed over each
   block's own rows (not the discarded ones), so their sums equal the whole row's.
 
-Applies to the "xla" implementation when the scores of the whole row exceed ``max_scores``
-query x entry pairs; the Pallas kernels never hold the scores and are called as they are (they
-take no tail or selection: config validation refuses those with a Pallas implementation).
+This is the ``xla`` implementation of the compressed kinds (blocks only when the scores of the
+whole row exceed ``max_scores`` query x entry pairs); ``attention.dispatch`` calls it or the
+Pallas kernels, which never hold the scores.
 """
 
 from __future__ import annotations
@@ -84,8 +84,7 @@ def block_rows(seq_len: int, window: int, capacity: int, max_scores: int) -> int
 def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT: Array, *,
            window: int, entry_k_BxCxKxD: Array, entry_v_BxCxKxD: Array | None,
            entry_ends_BxCxK: Array, entry_segment_ids_BxCxK: Array, sink_H: Array | None,
-           implementation: str, interpret: bool, tail: compressed_core.Tail | None = None,
-           max_scores: int | None = None) -> Array:
+           tail: compressed_core.Tail | None = None, max_scores: int | None = None) -> Array:
   """``compressed_core.attend`` (same arguments and result), in query blocks when large.
 
   ``max_scores``: query x entry pairs per block (default ``MAX_SCORES``, read at the call).
@@ -94,15 +93,14 @@ def attend(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array, segment_ids_BxT
       q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, window=window,
       entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
       entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_segment_ids_BxCxK,
-      sink_H=sink_H, implementation=implementation, interpret=interpret, tail=tail,
-      max_scores=max_scores)[0]
+      sink_H=sink_H, tail=tail, max_scores=max_scores)[0]
 
 
 def attend_selected(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
                     segment_ids_BxT: Array, *, window: int, entry_k_BxCxKxD: Array,
                     entry_v_BxCxKxD: Array | None, entry_ends_BxCxK: Array,
-                    entry_segment_ids_BxCxK: Array, sink_H: Array | None, implementation: str,
-                    interpret: bool, tail: compressed_core.Tail | None = None,
+                    entry_segment_ids_BxCxK: Array, sink_H: Array | None,
+                    tail: compressed_core.Tail | None = None,
                     selector: EntrySelector | None = None,
                     max_scores: int | None = None) -> tuple[Array, dict[str, Array]]:
   """(o_BxTxHxD, the selector's statistics summed over the row): ``attend`` with an entry
@@ -113,7 +111,7 @@ def attend_selected(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
   rows = block_rows(t, span, cap, MAX_SCORES if max_scores is None else max_scores)
   shared = dict(entry_k_BxCxKxD=entry_k_BxCxKxD, entry_v_BxCxKxD=entry_v_BxCxKxD,
                 sink_H=sink_H)
-  if implementation != "xla" or rows >= t:
+  if rows >= t:
     selection = None
     if selector is not None:
       index = jnp.broadcast_to(jnp.arange(t), (b, t))
@@ -121,7 +119,6 @@ def attend_selected(q_BxTxHxD: Array, k_BxTxKxD: Array, v_BxTxKxD: Array,
     o = compressed_core.attend(
         q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, window=window, tail=tail,
         entry_ends_BxCxK=entry_ends_BxCxK, entry_segment_ids_BxCxK=entry_segment_ids_BxCxK,
-        implementation=implementation, interpret=interpret,
         entry_select_BxTxKxC=None if selection is None else selection.select_BxLxKxC,
         entry_bias_BxTxKxC=None if selection is None else selection.bias_BxLxKxC, **shared)
     return o, {} if selection is None else selection.stats

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from chunkformer.config_sections import capabilities
 from chunkformer.config_sections.errors import ConfigError, one_of, require
-from kernels.implementation import IMPLEMENTATIONS, PALLAS  # one list, owned by the kernels
 
-ATTENTION_KINDS = ("full", "window", "fixed", "dynamic")
+ATTENTION_KINDS = capabilities.KINDS  # full | window | fixed | dynamic
 POOLINGS = ("gated", "gated_no_bias", "mean", "mlp")
 GATES = ("vector", "scalar")  # gated pooling: one score per channel | one per offset and token
 WINDOW_ALIGNS = ("end", "start")  # compressor windows end at chunk ends | start on the S grid
@@ -18,11 +18,8 @@ ROUTER_RULES = ("start", "end")
 STAGGER_MODES = ("none", "layers", "heads")
 LAYOUTS = ("qwen3", "deepseek_v4")
 INDEXERS = ("simple", "lightning")
-# The kernels' implementations, plus for kind full "blockwise" (online softmax in XLA, no T x T
-# scores) and "splash" (JAX's TPU splash attention), and "auto" (per platform,
-# chunkformer/attention/implementation.py).
-FULL_ONLY_IMPLEMENTATIONS = ("blockwise", "splash")
-IMPLEMENTATION_CHOICES = (*IMPLEMENTATIONS, *FULL_ONLY_IMPLEMENTATIONS, "auto")
+# Which implementation serves which kind and option: config_sections/capabilities.py (one table).
+IMPLEMENTATION_CHOICES = capabilities.CHOICES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,23 +156,9 @@ class AttentionConfig:
         )
       if self.boundary == "delimiter":
         require(bool(self.delimiter_ids), f"{field}.delimiters", "delimiter rule needs ids")
-    if self.implementation in FULL_ONLY_IMPLEMENTATIONS:
-      require(self.kind == "full", f"{field}.implementation",
-              f"{self.implementation!r} serves kind 'full' (the compressed kinds' 'xla' path is "
-              f"blockwise already), not {self.kind!r}")
-    if self.implementation in PALLAS:
-      # The Pallas kernels (kernels.chunk_attention) read one end position per entry, shared by
-      # the kv heads, and see every visible entry; kind 'full' runs them with a whole-row window.
-      require(self.kind in ("full", "fixed", "dynamic"), f"{field}.implementation",
-              f"{self.implementation!r} serves kinds 'full', 'fixed' and 'dynamic', "
-              f"not {self.kind!r}")
-    if self.implementation in PALLAS and self.kind != "full":  # full ignores these fields
-      require(self.topk == 0, f"{field}.topk",
-              f"the indexer's top-k selection runs only with implementation 'xla', "
-              f"not {self.implementation!r}")
-      require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.stagger",
-              f"per-head chunk offsets run only with implementation 'xla', "
-              f"not {self.implementation!r}")
+    refused = capabilities.refusal(self, num_kv_heads)
+    if refused is not None:
+      require(False, f"{field}.{refused[0]}", refused[1])
 
   def _validate_compressor_window(self, field: str, num_kv_heads: int) -> None:
     s = self.chunk_size
@@ -197,9 +180,6 @@ class AttentionConfig:
       require(self.window == 0, f"{field}.tail",
               f"the uncompressed tail replaces the fixed local window; set window = 0, "
               f"got window = {self.window}")
-      require(self.implementation in ("xla", "auto"), f"{field}.tail",
-              f"the tail's raw-token mask runs with implementation 'xla', "
-              f"not {self.implementation!r}")
       require(self.stagger != "heads" or num_kv_heads == 1, f"{field}.tail",
               "the tail follows one chunking shared by the kv heads (stagger 'heads' differs)")
 
