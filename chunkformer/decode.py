@@ -97,9 +97,10 @@ def _check_layout(model: Transformer, prompt_BxT, layout, sparse=None) -> None:
       refused = capabilities.context_refusal(layer.implementation, context, "a prompt")
       if refused is not None:
         raise ValueError(f"model.attention[layer {i}].implementation: {refused}")
-    if sparse is not None and sparse.implementation != "xla":
-      raise ValueError(f"sparse.implementation: {sparse.implementation!r} cannot split a "
-                       f"prompt over mesh.context={context}; context parallelism runs 'xla'")
+    refused = (None if sparse is None else
+               capabilities.context_refusal(sparse.implementation, context, "a prompt"))
+    if refused is not None:
+      raise ValueError(f"sparse.implementation: {refused}")
 
 
 def prefill_kept(model: Transformer, params, prompt_BxT: Array, max_len: int,
