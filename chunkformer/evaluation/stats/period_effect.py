@@ -83,7 +83,7 @@ class PeriodDecision:
   period: int | None  # the detected period (PERIODIC only)
   reason: str  # why, with the numbers; empty for a plain PERIODIC / FLAT
   effect_rms: float
-  effect_upper: float  # 95% upper bound of effect_rms
+  effect_upper: float  # 95% upper bound of effect_rms (nan when a period passes)
   flat_rms: float
   power: float  # the gate's power (nan when no gate was asked for)
   fits: tuple[PeriodFit, ...]
@@ -93,7 +93,8 @@ class PeriodDecision:
 
   def record(self) -> dict:
     return {"verdict": self.verdict, "period": self.period, "reason": self.reason,
-            "effect_rms": self.effect_rms, "effect_upper": self.effect_upper,
+            "effect_rms": self.effect_rms,
+            "effect_upper": None if np.isnan(self.effect_upper) else self.effect_upper,
             "flat_rms": self.flat_rms,
             "power": None if np.isnan(self.power) else self.power,
             "fits": [f.record() for f in self.fits]}
@@ -168,12 +169,13 @@ def decide(table: ResidueMeans, *, periods: tuple[int, ...] | None = None,
                           residual_max=residual_max, flat_rms=flat_rms)
                for p in sorted(periods))
   effect = residue_effect.effect_rms(table)
-  upper = residue_effect.effect_upper_bound(table, 1 - alpha)
   power, gate_reason = (float("nan"), "")
   if gate is not None:
     dip, phases, chance = gate
     power, gate_reason = power_gate(table, dip=dip, phases=phases, chance=chance, alpha=alpha)
   passing = [f for f in fits if f.passes]
+  # The bound decides only when no period passes (and is slow for a large effect): nan else.
+  upper = float("nan") if passing else residue_effect.effect_upper_bound(table, 1 - alpha)
   numbers = (f"residue effect {100 * effect:.2f} points rms (95% upper bound "
              f"{100 * upper:.2f}; flat bound {100 * flat_rms:.2f})")
   if gate_reason:
