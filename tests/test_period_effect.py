@@ -174,3 +174,16 @@ def test_working_phases_need_their_lower_bound_above_one_half():
   t = _table(_periodic(W8S8), variance=1e-4)
   assert residue_shape.working_phases(t, 8) == (2, 3)
   assert residue_shape.working_phases(_table(_periodic([0.52, 0.9]), 1e-2), 2) == (1,)
+
+
+def test_a_periodic_curve_below_the_gate_stays_periodic_and_period_is_reads_the_detection():
+  low = _periodic([0.02, 0.02, 0.40, 0.02, 0.02, 0.02, 0.02, 0.02])  # mean 7%, chance 3%
+  decision = period_effect.decide(_expected_counts(low),
+                                  gate=(period_effect.PERIODIC_DIP, 8, 1 / 32))
+  assert (decision.verdict, decision.period) == (period_effect.PERIODIC, 8)
+  assert period_effect.period_is(decision, 8) is True
+  assert period_effect.period_is(decision, 4) is False
+  flat_low = period_effect.decide(_expected_counts(np.full(R, 0.07)),
+                                  gate=(period_effect.PERIODIC_DIP, 8, 1 / 32))
+  assert period_effect.period_is(flat_low, 8) is None
+  assert "by effect size alone: flat" in flat_low.reason

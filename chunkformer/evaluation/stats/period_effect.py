@@ -10,13 +10,21 @@ the unit), for candidate periods P dividing the R residues (2 .. R / 2):
   residue effect left within the phases is at most ``RESIDUAL_MAX`` (root mean square over
   residues, accuracy units: a size, not a p-value); (e) the residue effect is at least the
   flat bound ``flat_rms`` (a curve within the flat bound is flat whatever its shape).
-  The detected period is the smallest P passing all five.
+  The detected period is the smallest P passing all five ("period P holds" for every P that
+  passes; a multiple of the detected period may pass too, adding structure within phases
+  that are already explained to the stated sizes).
+- **periodic with period S** (C10's reading, ``period_is``): the detected period is S, i.e.
+  period S holds and no smaller candidate does (a divisor of S holding means the curve is
+  that divisor's period to the stated sizes: S is then a finer description, not the period).
 - **flat**: the one-sided 95% upper bound of the residue effect (root mean square, noise
   removed) is below ``flat_rms``, the effect of a dip of ``FLAT_DIP`` at one phase of 8
   (an equivalence test: calling a curve with that effect flat happens at most 5% of the time).
 - **no period**: neither (a residue effect beyond the flat bound that no period explains).
-- **undecided**: the power gate fails (``power_gate``): the unit's own accuracy and prompt count
-  could not show the claim's smallest effect of interest, or it barely answers above chance.
+- **undecided**: not periodic, and the power gate fails (``power_gate``): the unit's own
+  accuracy and prompt count could not show the claim's smallest effect of interest, or it
+  barely answers above chance, so its "flat" or "no period" would say nothing. A unit that
+  passes (a)-(e) is periodic whatever the gate says: an effect seen at the stated sizes needs
+  no power argument (the gate's outcome is still recorded).
 
 Why each threshold: docs/claims.md, "Period by effect size".
 """
@@ -178,10 +186,14 @@ def decide(table: ResidueMeans, *, periods: tuple[int, ...] | None = None,
   upper = float("nan") if passing else residue_effect.effect_upper_bound(table, 1 - alpha)
   numbers = (f"residue effect {100 * effect:.2f} points rms (95% upper bound "
              f"{100 * upper:.2f}; flat bound {100 * flat_rms:.2f})")
-  if gate_reason:
-    verdict, period, reason = UNDECIDED, None, gate_reason
-  elif passing:
+  if passing:
+    # The smallest: a multiple of it passing too (8 beside 4) only adds structure within
+    # phases that are already explained to the stated sizes.
     verdict, period, reason = PERIODIC, passing[0].period, ""
+  elif gate_reason:
+    alone = FLAT if upper < flat_rms else NO_PERIOD
+    verdict, period = UNDECIDED, None
+    reason = f"{gate_reason} (by effect size alone: {alone})"
   elif upper < flat_rms:
     verdict, period, reason = FLAT, None, ""
   else:
@@ -205,7 +217,9 @@ def _why_not(fit: PeriodFit, alpha: float, share_min: float, residual_max: float
   return f"P={fit.period}: " + (", ".join(parts) or "effect below the flat bound")
 
 
-def decide_period_at(table: ResidueMeans, stride: int, **kw) -> tuple[bool, PeriodDecision]:
-  """(periodic with period ``stride``?, the decision): C10's reading of ``decide``."""
-  decision = decide(table, **kw)
-  return decision.verdict == PERIODIC and decision.period == stride, decision
+def period_is(decision: PeriodDecision, stride: int) -> bool | None:
+  """C10's reading: True when the detected period is ``stride``; False when the decision is
+  another period, flat or no period; None when undecided."""
+  if decision.verdict == UNDECIDED:
+    return None
+  return decision.verdict == PERIODIC and decision.period == stride
