@@ -67,8 +67,17 @@ def describe(table: residue_effect.ResidueMeans, stride: int | None,
   fit = decision.fit(s)
   repeat = residue_shape.stride_repeat(table, s)
   weakest = residue_shape.weakest_phase(table, s)
+  reason = decision.reason
+  if stride and decision.verdict == period_effect.PERIODIC and decision.period != stride:
+    small = decision.fit(decision.period)
+    reason = (f"period {decision.period} holds (share {small.share:.3f}, residual "
+              f"{100 * small.residual_rms:.1f} points rms), so it is the detected period; "
+              f"period {stride} {'holds too' if fit.passes else 'does not hold'} (share "
+              f"{fit.share:.3f}, residual {100 * fit.residual_rms:.1f} points, nested test "
+              f"against {decision.period}: p = "
+              f"{fit.divisor_p_values.get(decision.period, float('nan')):.2g})")
   return {"mean": table.mean, "today": today, "new": verdict_text(decision),
-          "reason": decision.reason, "share_s": fit.share, "residual_s": fit.residual_rms,
+          "reason": reason, "share_s": fit.share, "residual_s": fit.residual_rms,
           "divisors_s": fit.divisor_p_values, "effect_rms": decision.effect_rms,
           "power": decision.power, "design_effect": table.design_effect,
           "repeat": repeat.record(), "weakest": weakest.record(),

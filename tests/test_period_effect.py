@@ -187,3 +187,15 @@ def test_a_periodic_curve_below_the_gate_stays_periodic_and_period_is_reads_the_
                                   gate=(period_effect.PERIODIC_DIP, 8, 1 / 32))
   assert period_effect.period_is(flat_low, 8) is None
   assert "by effect size alone: flat" in flat_low.reason
+
+
+@pytest.mark.parametrize("split, detected", [(0.075, 8), (0.03, 4)])
+def test_a_finer_period_is_detected_only_when_it_adds_more_than_the_flat_bound(split, detected):
+  base = np.array([0.2, 0.9, 0.5, 0.3, 0.2, 0.9, 0.5, 0.3])
+  base[0] += split
+  base[4] -= split  # phases 0 and 4 of 8 apart by 2 x split; period 4 merges them
+  decision = period_effect.decide(_table(_periodic(base), variance=1e-5))
+  assert decision.fit(4).passes and decision.fit(8).passes  # both hold, 8 significantly finer
+  # 4 leaves split / 2 rms within its phases: 3.75 points (not flat) or 1.5 (flat)
+  assert decision.fit(4).residual_rms == pytest.approx(split / 2, abs=0.003)
+  assert (decision.verdict, decision.period) == (period_effect.PERIODIC, detected)
