@@ -172,7 +172,29 @@ def main() -> None:
   with open(os.path.join(args.out, "rejudge.json"), "w") as f:
     json.dump({"units": units, "rows": rows, "published": paper, "published_100": paper_100,
                "prompts_assumed": args.prompts}, f, indent=1, default=float)
-  lines = ["# The lookup period decision by effect size, rejudged", "",
+  intro = [
+      "# The lookup period decision by effect size, rejudged", "",
+      "Written by `python scripts/period_rejudge.py`. The rules (`stats/period_effect.py`, "
+      "docs/claims.md \"Period by effect size\") were written on 2026-12-04, after these "
+      "results had been read; the units trained under `results/paper_protocol/PLAN.md`, whose "
+      "claims (C10-C16) read today's rule and are not rejudged here. Columns: `today` is the "
+      "period today's lookup test detects (counts per residue, seeds' counts summed); `new` "
+      "the decision with the prompt as the unit (seeds pooled as each prompt's mean over its "
+      "seeds); `new, position term` the same with a cubic in the target position; `new, "
+      "seeds summed` the new decision on today's summed counts. S-share and residual: the "
+      "noise-corrected periodic share at S and the root mean square residue effect left "
+      "within its phases. `lag S / other lags`: mean |A(r) - A(r + S)| over the mean at "
+      "lags that are not multiples of S. Weakest phase: named only when separated from the "
+      "next by more than the interval of their difference. Working phases: lower 95% bound "
+      ">= 50%. Gates: chance 1/32 (committed), 1/64 (published: 64 records); a 20-point dip "
+      "at one phase of S (compressed) or a 6-point dip at one phase of 8 (full attention).",
+      "", f"Published runs: counts rebuilt from the accuracies at {args.prompts} prompts per "
+      "residue (the page does not state it; 576 is the smallest count that matches mean and "
+      "variance exactly over 24 residues, as the paper says its positions are), and at 100 "
+      "for comparison. The full-attention runs are `published_full_attention.json` (this "
+      "directory), copied from the paper's page data, which the repository copy "
+      "`records/paper_published.json` leaves out.", ""]
+  lines = [*intro,
            "## Committed paper-protocol units (each seed)", "", *_table(units), "",
            "## Rows pooled over seeds", "", *_table(rows), "",
            f"## The paper's published runs ({args.prompts} prompts per residue assumed)", "",
