@@ -61,6 +61,8 @@ TRUTHS = {t.name: t for t in (
     Truth("flat", "flat at 13% (the full-attention units)", (FULL_MEAN,)),
     Truth("flat_seeds", "flat at 13%, 3 seeds answering the same prompts, correlated",
           (FULL_MEAN,), seeds=3, tau=TAU),
+    Truth("flat_drift", "flat at 13% plus a smooth position drift (0.08 z^3)", (FULL_MEAN,),
+          drift=0.08),
     Truth("flat_bound", "a 6-point dip at one phase of 8 around 13% (the flat bound)",
           dip(FULL_MEAN, period_effect.FLAT_DIP)),
     Truth("period_s", "exactly period 8, w8s8_1kv's phases (mean 33%)", W8S8),
@@ -98,6 +100,11 @@ def simulate(truth: Truth, rng: np.random.Generator, *, prompts: int = PROMPTS,
 def _summed(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Today's pooling: every seed's counts added as new prompts."""
   return x.sum(axis=(0, 1)), np.full(x.shape[2], x.shape[0] * x.shape[1])
+
+
+def _phase_with_position(x, positions):
+  table = residue_effect.from_prompts(x, positions_YxR=positions)
+  return residue_effect.phase_p_value(table, STRIDE) <= period_effect.ALPHA
 
 
 def _decide(x, positions=None, *, gate_dip=period_effect.PERIODIC_DIP):
@@ -141,6 +148,11 @@ RULES: dict[str, tuple[str, Rule]] = {
     "flat": ("new decision: flat (gate at the 6-point dip)",
              lambda x, _: _decide(x, gate_dip=period_effect.FLAT_DIP).verdict
              == period_effect.FLAT),
+    "flat_position": ("new decision with the position term: flat",
+                      lambda x, positions: _decide(x, positions, gate_dip=period_effect.FLAT_DIP)
+                      .verdict == period_effect.FLAT),
+    "phase_prompt_position": ("phase effect at S = 8 with the position term (p <= 0.05)",
+                              _phase_with_position),
 }
 
 
@@ -160,6 +172,10 @@ CHECKS = (
     Check("flat_seeds", "flat", POWER),
     Check("flat_seeds", "phase_summed", REPORT),
     Check("flat_seeds", "today_any_period", REPORT),
+    Check("flat_drift", "phase_prompt_position", TYPE_I),
+    Check("flat_drift", "flat_position", POWER),
+    Check("flat_drift", "phase_prompt", REPORT),
+    Check("flat_drift", "flat", REPORT),
     Check("flat_bound", "flat", TYPE_I),
     Check("flat_bound", "phase_prompt", POWER),
     Check("period_s", "periodic_s", POWER),
