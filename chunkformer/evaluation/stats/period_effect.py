@@ -3,21 +3,22 @@
 On a ``residue_effect.ResidueMeans`` table (per residue a mean and its variance, the prompt as
 the unit), for candidate periods P dividing the R residues (2 .. R / 2):
 
-- **periodic with P**: (a) the phase effect at P is significant (Wald chi-square, Bonferroni
-  over the candidates); (b) the P-periodic fit explains at least ``SHARE_MIN`` of the
-  between-residue variance after the binomial-noise share is removed; (c) every proper
-  divisor d > 1 of P is rejected by the nested test of P against d (p <= alpha); (d) the
-  residue effect left within the phases is at most ``RESIDUAL_MAX`` (root mean square over
-  residues, accuracy units: a size, not a p-value); (e) the residue effect is at least the
-  flat bound ``flat_rms`` (a curve within the flat bound is flat whatever its shape).
+- **periodic with P**: (a) the phase effect at P is significant (chi-square with the
+  variances under the null, Bonferroni over the candidates); (b) the P-periodic fit
+  explains at least ``SHARE_MIN`` of the between-residue variance after the binomial-noise
+  share is removed; (c) every proper divisor d > 1 of P is rejected by the nested test of
+  P against d (p <= alpha); (d) the residue effect left within the phases is at most
+  ``RESIDUAL_MAX`` (root mean square over residues, accuracy units: a size, not a p-value);
+  (e) the residue effect is at least the flat bound ``flat_rms`` (a curve within the flat
+  bound is flat whatever its shape).
   "Period P holds" for every P that passes. The detected period is the smallest P that
   holds, unless a multiple of it that holds refines it materially: the nested test rejects
   the smaller AND what the smaller leaves within its phases is at least the flat bound (not
   flat by the paper's standard; ``detected_period``). A 5-point residual can hide a pair of
   phases 10 points apart, which the finer period then names.
-- **periodic with period S** (C10's reading, ``period_is``): the detected period is S, i.e.
-  period S holds and no smaller candidate does (a divisor of S holding means the curve is
-  that divisor's period to the stated sizes: S is then a finer description, not the period).
+- **periodic with period S** (C10's reading, ``period_is``): the detected period is S (a
+  divisor of S detected means the curve is that divisor's period to the stated sizes, and
+  what S adds within its phases is flat by the paper's standard).
 - **flat**: the one-sided 95% upper bound of the residue effect (root mean square, noise
   removed) is below ``flat_rms``, the effect of a dip of ``FLAT_DIP`` at one phase of 8
   (an equivalence test: calling a curve with that effect flat happens at most 5% of the time).
