@@ -88,7 +88,7 @@ def main() -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=os.path.join(ROOT, "results", "calibration"))
   args = parser.parse_args()
-  start, began = time.time(), datetime.datetime.now(datetime.UTC)
+  start, began, commit = time.time(), datetime.datetime.now(datetime.UTC), _commit()
   rows = calibration.run(args.reps, seed=args.seed, positions_YxR=paper_positions())
   rng = np.random.default_rng(args.seed)
   phis = {name: calibration.seed_phi(t, rng) for name, t in calibration.TRUTHS.items()
@@ -110,7 +110,7 @@ def main() -> None:
   failing = [f"{r.truth} / {r.rule}" for r in rows if r.passes is False]
   with open(os.path.join(args.out, "RUN.md"), "w") as f:
     f.write(f"# Calibration run\n\n    {command}\n\n"
-            f"Ran {began:%Y-%m-%d %H:%M} UTC at commit {_commit()} for {seconds:.0f} s "
+            f"Ran {began:%Y-%m-%d %H:%M} UTC at commit {commit} for {seconds:.0f} s "
             f"({platform.machine()}, numpy {np.__version__}, {os.cpu_count()} CPUs seen, "
             f"shared with other work). Deterministic for a given seed and reps.\n\n"
             f"Checks that fail their bound: {', '.join(failing) if failing else 'none'}.\n")
