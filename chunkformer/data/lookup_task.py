@@ -19,7 +19,18 @@ prompts). Padding modes place the records around it:
   in lockstep with the target's);
 - ``in_sequence``: the F filler tokens are split into R + 1 random gaps (before, between and
   after the records) with the gaps before the target summing to what t_K needs; distractor
-  phases then vary independently of the target's (``lockstep`` measures it).
+  phases then vary more independently of the target's (``lockstep`` measures it), but not
+  fully: the filler left after the target depends on t_K, so the next record's phase still
+  goes with the target's (``neighbour_coupling``: Cramer's V about 0.24 at the paper
+  protocol's size);
+- ``in_sequence_decorrelated`` (not in ``PADDINGS``, so no committed sweep's default changes):
+  as ``in_sequence``, but the gaps next to the target record (before it and after it) are
+  drawn uniformly from 0 .. modulus - 1 first and the rest of the filler split around them,
+  and the target's record index is drawn among those that leave that room on each side
+  with a neighbour; every
+  neighbour's distance to the target is then uniform modulo the modulus, so neighbour phases
+  are independent of the target's wherever the room exists (near the ends of the position
+  range it does not, and the coupling left is measured).
 """
 
 from __future__ import annotations
@@ -31,6 +42,9 @@ import numpy as np
 from chunkformer.data import matched_positions
 
 PADDINGS = ("prefix", "in_sequence")
+DECORRELATED = "in_sequence_decorrelated"
+ALL_PADDINGS = (*PADDINGS, DECORRELATED)
+POSITION_DESIGNS = ("moments", "shift")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +84,10 @@ class LookupSpec:
   modulus: int = 24
   prompts_per_residue: int = 576
   padding: str = "prefix"
+  # "moments": every residue's target positions with equal mean and variance
+  # (matched_positions.matched_positions, what the committed sweeps used); "shift": one
+  # multiset of positions shifted by the residue (matched_positions.shifted_positions)
+  positions: str = "moments"
 
   @property
   def start(self) -> int:
@@ -89,8 +107,8 @@ class LookupSpec:
     """ValueError naming the field for a spec that cannot produce its prompts."""
     def bad(field, why):
       raise ValueError(f"{prefix}{field}: {why}")
-    if self.padding not in PADDINGS:
-      bad("padding", f"{self.padding!r} is not one of {', '.join(PADDINGS)}")
+    if self.padding not in ALL_PADDINGS:
+      bad("padding", f"{self.padding!r} is not one of {', '.join(ALL_PADDINGS)}")
     if self.num_records < 1 or self.num_demos < 0:
       bad("num_records", "need >= 1 record and >= 0 demonstrations")
     if self.num_demos >= self.num_records:
@@ -108,8 +126,11 @@ class LookupSpec:
       bad("seq_len", f"{self.seq_len} tokens leave target positions over {max(span, 0)} tokens "
                      f"for {self.num_records} records and {self.num_demos} demonstrations; "
                      f"matching needs >= {3 * self.modulus} (3 periods of the modulus)")
-    matched_positions.check_group_size(self.modulus, self.prompts_per_residue,
-                                       f"{prefix}prompts_per_residue")
+    if self.positions not in POSITION_DESIGNS:
+      bad("positions", f"{self.positions!r} is not one of {', '.join(POSITION_DESIGNS)}")
+    if self.positions == "moments":
+      matched_positions.check_group_size(self.modulus, self.prompts_per_residue,
+                                         f"{prefix}prompts_per_residue")
 
 
 def _composition(rng: np.random.Generator, total: int, parts: int) -> np.ndarray:
@@ -128,6 +149,17 @@ def _record_offsets(rng: np.random.Generator, spec: LookupSpec, t_k: int, j: int
   if spec.padding == "prefix":
     gaps = np.zeros(r, np.int64)
     gaps[0] = before
+  elif spec.padding == DECORRELATED:
+    after = f - before
+    g_before = int(rng.integers(0, min(spec.modulus - 1, before) + 1)) if j else before
+    head = (np.append(_composition(rng, before - g_before, j), g_before) if j
+            else np.array([before]))
+    if j < r - 1:
+      g_after = int(rng.integers(0, min(spec.modulus - 1, after) + 1))
+      tail = np.concatenate([[g_after], _composition(rng, after - g_after, r - j - 1)])
+    else:
+      tail = np.array([after])
+    gaps = np.concatenate([head, tail])[:r]
   else:
     gaps = np.concatenate([_composition(rng, before, j + 1),
                            _composition(rng, f - before, r - j)])[:r]
@@ -139,8 +171,10 @@ def generate(spec: LookupSpec, seed: int) -> Prompts:
   spec.validate()
   rng = np.random.default_rng(seed)
   t, r_count, f = spec.seq_len, spec.num_records, spec.free_filler
-  positions_MxN = matched_positions.matched_positions(
-      spec.modulus, spec.prompts_per_residue, spec.start, spec.start + f + 2 * r_count - 2)
+  design = (matched_positions.matched_positions if spec.positions == "moments"
+            else matched_positions.shifted_positions)
+  positions_MxN = design(spec.modulus, spec.prompts_per_residue, spec.start,
+                         spec.start + f + 2 * r_count - 2)
   targets = positions_MxN.reshape(-1)
   n = targets.size
   tokens = np.full((n, t), spec.filler, np.int32)
@@ -162,7 +196,16 @@ def place(rng: np.random.Generator, spec: LookupSpec, t_k: int,
   r_count, f = spec.num_records, spec.free_filler
   j_lo = max(0, -(-(t_k - spec.start - f) // 2))
   j_hi = min(r_count - 1, (t_k - spec.start) // 2)
-  j = int(rng.integers(j_lo, j_hi + 1))
+  if spec.padding == DECORRELATED:
+    # Prefer an index that leaves a full modulus of filler on each side of the target that
+    # has a neighbour (the first record has none before it, the last none after it).
+    js = np.arange(j_lo, j_hi + 1)
+    before = t_k - spec.start - 2 * js
+    roomy = js[((js == 0) | (before >= spec.modulus - 1))
+               & ((js == r_count - 1) | (f - before >= spec.modulus - 1))]
+    j = int(rng.choice(roomy if roomy.size else js))
+  else:
+    j = int(rng.integers(j_lo, j_hi + 1))
   at = _record_offsets(rng, spec, t_k, j)
   k = rng.choice(np.asarray(spec.keys), r_count, replace=False)
   v = rng.choice(np.asarray(spec.values), r_count)
@@ -223,3 +266,17 @@ def default_tokens(data) -> dict[str, object]:
             "filler": ord(" "), "bos": code.BOS}
   raise ValueError(f"task {data.task!r} has no default lookup tokens; give keys, values and "
                    f"filler")
+
+
+def neighbour_coupling(prompts: Prompts, stride: int, step: int = 1) -> float:
+  """Cramer's V between the target's phase t_K mod ``stride`` and the phase of the record
+  ``step`` records after it (-1: before it), over the prompts that have one: 0 when the
+  neighbour's phase says nothing about the target's, 1 in lockstep (prefix padding)."""
+  from scipy.stats import contingency
+
+  rec, t = prompts.record_positions, prompts.target_positions
+  j = np.argmax(rec == t[:, None], axis=1)
+  has = (j + step >= 0) & (j + step < rec.shape[1])
+  nxt = rec[np.flatnonzero(has), j[has] + step]
+  table = contingency.crosstab(t[has] % stride, nxt % stride).count
+  return float(contingency.association(table, method="cramer"))

@@ -174,3 +174,22 @@ def matched_positions(modulus: int, per_residue: int, lo: int, hi: int) -> np.nd
     q = _fix_squares(q, k + (n * r * r - 2 * r * s) // m, qlo, qhi)
     out[r] = r + m * q
   return out
+
+
+def shifted_positions(modulus: int, per_residue: int, lo: int, hi: int) -> np.ndarray:
+  """positions_MxN (int64): row r is one multiset of multiples of ``modulus`` shifted by r,
+  so every residue group has the same distribution of positions up to that shift (every
+  central moment equal, not only the variance; the mean of row r is row 0's plus r). The
+  base multiset spreads ``per_residue`` multiples of the modulus evenly over the range that
+  keeps every shifted row inside [lo, hi]. Deterministic; callers shuffle. A period test on
+  such groups reads the position with a term of degree >= 1 (the shift is linear in r).
+  """
+  if modulus < 1 or per_residue < 1:
+    raise ValueError(f"modulus and per_residue must be >= 1, got {modulus}, {per_residue}")
+  qlo, qhi = math.ceil(lo / modulus), math.floor((hi - modulus + 1) / modulus)
+  if qhi - qlo + 1 < 3:
+    raise ValueError(f"target positions [{lo}, {hi}] hold fewer than 3 shifted periods of "
+                     f"{modulus}")
+  q = np.floor(qlo + (np.arange(per_residue) + 0.5) * (qhi - qlo + 1) / per_residue)
+  base = modulus * q.astype(np.int64)
+  return base[None, :] + np.arange(modulus, dtype=np.int64)[:, None]

@@ -87,3 +87,22 @@ def chunkkv(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_
   keep = select.whole_chunks(scores_BxT, ends_BxT, budget - w, prefix_B)
   keep = keep | ((t >= prefix_B[:, None]) & (t < lengths_B[:, None]))
   return _heads(select.from_flags(keep, budget), keys_BxTxKxD)
+
+
+def chunkkv_whole(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_B, *,
+                  chunk: int, kernel: int, pooling: str) -> Array:
+  """ChunkKV as published (ChunkKV's paper; kvpress's ChunkKVPress over SnapKV): a grid of
+  ``chunk`` tokens from position 0 over the whole prompt, its last, shorter chunk a chunk of
+  its own; each chunk scored by the mean over its tokens of SnapKV's pooled scores summed
+  over kv heads, the W observation tokens scoring above every prefix token (SnapKV keeps its
+  window: the chunks holding it rank first); the best chunks kept whole, never cut.
+  ``budget`` must be the last chunk plus whole chunks (``specs.ChunkKVWhole.tokens`` rounds
+  a budget down to that). Per row; every kv head keeps the same positions."""
+  del values_BxTxKxD
+  w = queries_BxWxHxD.shape[1]
+  pooled = scores_lib.snapkv_scores(keys_BxTxKxD, queries_BxWxHxD, lengths_B, kernel, pooling)
+  t = _positions(keys_BxTxKxD)
+  scores_BxT = jnp.where(t < (lengths_B - w)[:, None], pooled.sum(axis=1), jnp.inf)
+  ends_BxT = jnp.broadcast_to(select.grid_ends(t.shape[1], chunk), scores_BxT.shape)
+  keep = select.whole_chunks(scores_BxT, ends_BxT, budget, lengths_B)
+  return _heads(select.from_flags(keep, budget), keys_BxTxKxD)

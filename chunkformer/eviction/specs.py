@@ -119,10 +119,17 @@ class StreamingLLM(Policy):
     return policies.streaming_llm(*layer, n, lengths_B, sinks=self.sinks)
 
 
+# kvpress's SnapKVPress settings (window 64, kernel 5, average pooling). This repository's
+# SnapKV defaults to window 32, kernel 7, max pooling, and the eviction sweep sets window 8;
+# ``SnapKV(budget, **KVPRESS_SNAPKV)`` selects kvpress's.
+KVPRESS_SNAPKV = {"window": 64, "kernel": 5, "pooling": "avg"}
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SnapKV(Policy):
-  """SnapKV: observation window of the last ``window`` queries, ``pooling`` over ``kernel``."""
+  """SnapKV: observation window of the last ``window`` queries, ``pooling`` over ``kernel``
+  (defaults 32, 7, max; kvpress's are ``KVPRESS_SNAPKV``)."""
 
   name = "snapkv"
   window: int = _static(32)
@@ -216,7 +223,10 @@ class _Chunked(Policy):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ChunkKV(_Chunked):
-  """ChunkKV: fixed chunks of ``chunk`` tokens aligned to position 0."""
+  """ChunkKV with a cut chunk: fixed chunks of ``chunk`` tokens aligned to position 0 over the
+  prefix before the observation window, the budget filled exactly by keeping the first
+  tokens of the first chunk that does not fit (the published method never cuts a chunk:
+  ``ChunkKVWhole``). Kept under this name because committed sweeps ran it."""
 
   name = "chunkkv"
   chunk: int = _static(10)
@@ -228,6 +238,42 @@ class ChunkKV(_Chunked):
 
   def ends(self, tokens_BxT):
     return jnp.broadcast_to(select.grid_ends(tokens_BxT.shape[1], self.chunk), tokens_BxT.shape)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ChunkKVWhole(ChunkKV):
+  """ChunkKV as published: whole chunks only, a grid of ``chunk`` tokens over the whole prompt
+  (``policies.chunkkv_whole``); the budget is rounded down to the prompt's last chunk plus
+  whole chunks, so it keeps up to ``chunk - 1`` tokens fewer than the budget."""
+
+  name = "chunkkv_whole"
+
+  def _cover(self, prompt_len: int) -> int:
+    """Tokens of the chunks that hold the observation window (kept first)."""
+    last = prompt_len % self.chunk
+    return last + self.chunk * -(-max(0, self.window - last) // self.chunk)
+
+  def tokens(self, prompt_len: int) -> int:
+    n = super().tokens(prompt_len)
+    last = prompt_len % self.chunk
+    kept = last + self.chunk * ((n - last) // self.chunk) if n >= last else 0
+    require(kept >= max(1, self._cover(prompt_len)), self.field("budget"),
+            f"{n} tokens rounded down to whole chunks of {self.chunk} ({kept}) cannot hold the "
+            f"{self._cover(prompt_len)} tokens of the chunks holding the {self.window}-token "
+            f"window (prompt of {prompt_len})")
+    return kept
+
+  def select(self, layers, tokens_BxT, lengths_B, n):
+    del tokens_BxT
+    kept = []
+    for index, layer in enumerate(layers):
+      if index % self.layer_reuse:
+        kept.append(kept[-1])
+        continue
+      kept.append(policies.chunkkv_whole(*layer, n, lengths_B, chunk=self.chunk,
+                                         kernel=self.kernel, pooling=self.pooling))
+    return kept
 
 
 @jax.tree_util.register_dataclass
@@ -248,7 +294,7 @@ class ContentChunkKV(_Chunked):
 
 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    StreamingLLM, SnapKV, H2O, KNorm, ChunkKV, ContentChunkKV)}
+    StreamingLLM, SnapKV, H2O, KNorm, ChunkKV, ChunkKVWhole, ContentChunkKV)}
 
 
 def from_dict(spec: dict[str, Any], field: str = "eviction") -> Policy:
