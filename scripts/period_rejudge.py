@@ -3,7 +3,7 @@ paper-protocol answers and on the paper's published per-residue accuracies, besi
 rule. Reads only; writes a report:
 
   python scripts/period_rejudge.py [--sweep results/paper_protocol] \
-      [--published chunkformer/evaluation/records/paper_published.json] \
+      [--published chunkformer/studies/paper/records/paper_published.json] \
       [--full results/period_effect/published_full_attention.json] \
       [--prompts 576] [--out results/period_effect]
 
@@ -158,7 +158,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--sweep", default=os.path.join(ROOT, "results", "paper_protocol"))
   parser.add_argument("--published", default=os.path.join(
-      ROOT, "chunkformer", "evaluation", "records", "paper_published.json"))
+      ROOT, "chunkformer", "studies", "paper", "records", "paper_published.json"))
   parser.add_argument("--full", default=os.path.join(
       ROOT, "results", "period_effect", "published_full_attention.json"))
   parser.add_argument("--prompts", type=int, default=576)

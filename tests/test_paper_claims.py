@@ -249,7 +249,7 @@ def test_units_trained_under_another_plan_or_none_are_flagged_in_their_lines():
 def test_the_residue_g_test_is_scipys_log_likelihood_contingency_test():
   from scipy import stats as scipy_stats
 
-  from chunkformer.studies.paper.stats import residue_period
+  from chunkformer.evaluation.stats import residue_period
   k, n = np.array([10, 40, 12, 38]), np.array([50, 50, 50, 50])
   table = np.array([[10 + 12, 40 + 38], [100 - 22, 100 - 78]])
   expected = scipy_stats.chi2_contingency(table, correction=False, lambda_="log-likelihood")

@@ -19,7 +19,7 @@ from chunkformer.evaluation.stats import (
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWEEP = os.path.join(ROOT, "results", "paper_protocol", "correct")
-PUBLISHED = os.path.join(ROOT, "chunkformer", "evaluation", "records", "paper_published.json")
+PUBLISHED = os.path.join(ROOT, "chunkformer", "studies", "paper", "records", "paper_published.json")
 FULL = os.path.join(ROOT, "results", "period_effect", "published_full_attention.json")
 CHANCE = 1 / 32
 PADDINGS = ("prefix", "in_sequence")

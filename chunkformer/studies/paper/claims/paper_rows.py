@@ -20,7 +20,7 @@ from chunkformer.evaluation.claims.plan_check import flag
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.stats import residue_accuracy
+from chunkformer.evaluation.stats import residue_accuracy, residue_period
 from chunkformer.evaluation.stats.holm import holm
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
 from chunkformer.evaluation.stats.seed_rule import (
@@ -30,7 +30,6 @@ from chunkformer.evaluation.stats.seed_rule import (
   common_verdict,
   seed_agreement,
 )
-from chunkformer.studies.paper.stats import residue_period
 
 LOOKUP = "lookup"
 PADDINGS = ("prefix", "in_sequence")
