@@ -1,0 +1,194 @@
+"""C10-C12 under the period decision by effect size (``stats.period_effect``), reported beside
+each claim's verdict under the plan its units trained under.
+
+The plan (``results/<sweep>/PLAN.md``) decides the verdicts; these rules were written after the
+plan-version-4 results had been read (docs/claims.md, "Period by effect size"), so a claim shows
+both and says so. Per unit and padding: the lookup matrix (prompts x residues) with the prompt
+as the unit; per row: its seeds pooled with the prompt as the unit (every seed answered the
+same prompts). The one seed rule (``stats.seed_rule``, two seeds agreeing) over the units, the
+row's pooled decision as its pooled test, the common verdict over rows:
+- C10 (geometry rows) and C12 (RoPE off, uniform averaging): periodic with period S in the
+  prefix padding (the deciding mode of the plan);
+- C11 (full attention): flat in both paddings.
+A unit the power gate leaves undecided counts neither way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from chunkformer.evaluation.records import correctness
+from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.stats import period_effect, residue_effect
+from chunkformer.evaluation.stats.seed_rule import (
+    INCONCLUSIVE,
+    SeedAgreement,
+    common_verdict,
+    seed_agreement,
+)
+from chunkformer.studies.paper.claims import paper_rows as pr
+
+STUDY = "paper"
+PADDINGS = ("prefix", "in_sequence")
+DECIDING = "prefix"
+CHANCE = 1 / 32  # the CPU-size lookup: 32 values to choose from (results/paper_protocol/PLAN.md)
+NOTE = ("under the period decision by effect size (rules written after these results were "
+        "seen; docs/claims.md, \"Period by effect size\")")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+  """Each lookup unit's and each row's decision per padding (None: its matrix is not stored)."""
+
+  units: Mapping[str, Mapping[str, period_effect.PeriodDecision | None]]
+  rows: Mapping[str, Mapping[str, period_effect.PeriodDecision | None]]
+  members: Mapping[str, tuple[str, ...]]  # row -> its units, by seed
+  strides: Mapping[str, int | None]  # row -> S (None: full attention)
+
+
+def _gate(stride: int | None) -> tuple[float, int, float]:
+  """The power gate's smallest effect of interest: a 20-point dip at one phase of S for a
+  periodic claim, a 6-point dip at one phase of 8 for a flat one."""
+  if stride is None:
+    return period_effect.FLAT_DIP, 8, CHANCE
+  return period_effect.PERIODIC_DIP, stride, CHANCE
+
+
+def _matrix(load: correctness.Loader | None, unit: str, padding: str) -> np.ndarray | None:
+  found = None if load is None else load(unit)
+  matrix = (found or {}).get(f"lookup_{padding}")
+  return None if matrix is None else matrix.correct_YxJ
+
+
+def _decide(stack: list[np.ndarray | None], stride: int | None):
+  if not stack or any(x is None for x in stack) or len({x.shape for x in stack}) != 1:
+    return None
+  table = residue_effect.from_prompts(np.stack(stack))
+  return period_effect.decide(table, gate=_gate(stride))
+
+
+def decisions(records: Sequence[VariantRecord], load: correctness.Loader | None) -> Decisions:
+  found = pr.rows(records, lambda r: pr.lookup_modes(r) is not None)
+  strides = {v: None if pr.is_full(units[0].setup) else units[0].chunk_size
+             for v, units in found.items()}
+  units, rows = {}, {}
+  for v, members in found.items():
+    for u in members:
+      units[u.name] = {p: _decide([_matrix(load, u.name, p)], strides[v]) for p in PADDINGS}
+    rows[v] = {p: _decide([_matrix(load, u.name, p) for u in members], strides[v])
+               for p in PADDINGS}
+  return Decisions(units, rows, {v: tuple(u.name for u in m) for v, m in found.items()},
+                   strides)
+
+
+def prepare(e) -> Decisions:
+  """The judging hook: every lookup unit and row decided once."""
+  return decisions(e.records, e.matrices)
+
+
+def _text(d: period_effect.PeriodDecision | None) -> str:
+  if d is None:
+    return "no matrix"
+  return f"periodic {d.period}" if d.verdict == period_effect.PERIODIC else d.verdict
+
+
+def periodic_with_s(d: period_effect.PeriodDecision | None, stride: int | None) -> bool | None:
+  """C10/C12's reading: periodic with period S holds, any other decided outcome fails."""
+  if d is None or d.verdict == period_effect.UNDECIDED:
+    return None
+  return d.verdict == period_effect.PERIODIC and d.period == stride
+
+
+def flat_in_both(by_padding: Mapping[str, period_effect.PeriodDecision | None],
+                 stride: int | None) -> bool | None:
+  """C11's reading: flat in both paddings; periodic or no period in either fails."""
+  found = [by_padding.get(p) for p in PADDINGS]
+  if any(d is not None and d.verdict in (period_effect.PERIODIC, period_effect.NO_PERIOD)
+         for d in found):
+    return False
+  if any(d is None or d.verdict == period_effect.UNDECIDED for d in found):
+    return None
+  return True
+
+
+def _rule(d: Decisions, row: str, holds: Callable[[Any, int | None], bool | None],
+          padded: bool) -> tuple[SeedAgreement, str]:
+  stride = d.strides[row]
+  pick = (lambda by: by.get(DECIDING)) if padded else (lambda by: by)
+  per_seed = [holds(pick(d.units[u]), stride) for u in d.members[row]]
+  rule = seed_agreement(per_seed, holds(pick(d.rows[row]), stride), min_agree=pr.MIN_SEEDS)
+  shown = PADDINGS if not padded else (DECIDING,)
+  text = "; ".join(f"{p}: " + ", ".join(_text(d.units[u][p]) for u in d.members[row])
+                   + f" (pooled {_text(d.rows[row][p])})" for p in shown)
+  return rule, f"{row}: {rule.verdict} ({text})"
+
+
+def requirement(claim_id: str, reproduced: Sequence[VariantRecord]) -> str:
+  """What the claim needs besides its rows agreeing (the plan's own requirement, one standard):
+  C10 a REPRODUCED row at every stride of the paper and an overlapping one (W > S), C12 one
+  with RoPE off and one with uniform averaging. Empty when met."""
+  if claim_id == "C10":
+    missing = [s for s in pr.STRIDES if s not in {r.chunk_size for r in reproduced}]
+    overlapping = any(pr.window(r.setup) > r.chunk_size for r in reproduced)
+    return "; ".join(x for x in (
+        f"no REPRODUCED row at stride(s) {', '.join(map(str, missing))}" if missing else "",
+        "no REPRODUCED overlapping row (W > S)" if not overlapping else "") if x)
+  if claim_id == "C12":
+    kinds = {pr.ablation_kind(r.setup) for r in reproduced}
+    missing = [k for k in ("RoPE off", "uniform averaging") if k not in kinds]
+    return f"no REPRODUCED row with {' or '.join(missing)}" if missing else ""
+  return ""
+
+
+def verdict(d: Decisions, rows: Mapping[str, VariantRecord],
+            claim_id: str) -> tuple[str, str, dict]:
+  """(verdict, reason, numbers) of ``claim_id`` over ``rows`` (row -> its first unit's record)
+  under the effect-size rules."""
+  if not rows:
+    return INCONCLUSIVE, "no row", {}
+  flat = claim_id == "C11"
+  rules = {}
+  parts = []
+  for row in rows:
+    rule, text = _rule(d, row, flat_in_both if flat else periodic_with_s, padded=not flat)
+    rules[row] = rule
+    parts.append(text)
+  found, note = common_verdict({r: x.verdict for r, x in rules.items()}, "rows")
+  needed = requirement(claim_id, [rows[r] for r, x in rules.items() if x.verdict == found])
+  if found != INCONCLUSIVE and needed:
+    found, note = INCONCLUSIVE, "; ".join(x for x in (note, needed) if x)
+  reason = "; ".join(parts) + (f"; {note}" if note else "")
+  numbers = {row: {"verdict": rule.verdict, "seeds": rule.count,
+                   "units": {u: {p: None if d.units[u][p] is None else d.units[u][p].record()
+                                 for p in PADDINGS} for u in d.members[row]},
+                   "pooled": {p: None if d.rows[row][p] is None else d.rows[row][p].record()
+                              for p in PADDINGS}}
+             for row, rule in rules.items()}
+  return found, reason, numbers
+
+
+ROWS = {
+    "C10": lambda setup: pr.is_geometry(setup),
+    "C11": lambda setup: pr.is_full(setup),
+    "C12": lambda setup: pr.ablation_kind(setup) is not None,
+}
+
+
+def beside(claim: Claim, records: Sequence[VariantRecord], d: Decisions | None) -> Claim:
+  """``claim`` (decided by the plan) with its verdict under the effect-size rules beside."""
+  if d is None or not d.rows:
+    return claim
+  by_name = {r.name: r for r in records}
+  rows = {row: by_name[members[0]] for row, members in d.members.items()
+          if ROWS[claim.id](by_name[members[0]].setup)}
+  found, reason, numbers = verdict(d, rows, claim.id)
+  line = f"{claim.id} {NOTE}: {found} ({reason})"
+  return dataclasses.replace(
+      claim, reason=f"{claim.reason} | {NOTE}: {found}",
+      numbers=dict(claim.numbers, effect_size_rules={"verdict": found, "rows": numbers},
+                   lines=[*claim.numbers.get("lines", ()), line]))
