@@ -12,6 +12,7 @@ so an empty result says whether the dump held GPU code at all.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -70,10 +71,12 @@ def markdown(result: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-  if len(argv) != 2:
-    print("usage: python -m bench.device_isa DUMP_DIR", file=sys.stderr)
-    return 2
-  print("\n".join(markdown(scan(argv[1]))))
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("dump_dir", help="the folder XLA dumped into (--xla_dump_to)")
+  args = parser.parse_args(argv[1:])
+  if not os.path.isdir(args.dump_dir):
+    parser.error(f"{args.dump_dir}: no such folder")
+  print("\n".join(markdown(scan(args.dump_dir))))
   return 0
 
 
