@@ -4,7 +4,7 @@
 ``probes.registry.PROBES``) on the unit and assembles the record:
 - its setup (``describe``: the descriptive schema fields and the identity fields variant,
   seed, key_len, value_len, task) and the training run's final held-out metrics (``heldout``);
-- the typed fields the built-in probes give (``probes.builtin``: the needle sweep, prefix
+- the typed fields the built-in probes give (``probes.instruments``: the needle sweep, prefix
   probe, slot gains, loss by position), where the claims read them;
 - the primary analysis: the first one a probe offers (the needle sweep's far depth for
   retrieval models, "needle"; the prefix probe's for code models, "prefix");
