@@ -29,20 +29,28 @@ def _rows(trained):
   return needle_sweep.build(trained.config.data, spec)[0]
 
 
-def _predict(trained, pattern, block=4):
+def _predict(trained, pattern, block=4, prompt_end="answer"):
   rows = _rows(trained)
   plan = sparse_prefill.Plan.uniform(trained.config.model, pattern, block=block)
-  predictor = sparse_needles.SparsePrefillPredictor(trained, 16, plan,
-                                                    sparse_needles.prompt_length(rows))
+  predictor = sparse_needles.SparsePrefillPredictor(
+      trained, 16, plan, sparse_needles.prompt_length(rows, prompt_end))
   return rows, predictor, predictor(rows.rows)["predictions"]
 
 
-def test_keep_all_prefill_answers_as_the_plain_needle_sweep(trained):
-  rows, predictor, got = _predict(trained, sparse_prefill.KeepAll())
+def test_the_prompt_ends_after_or_before_the_token_that_predicts_the_first_answer_token(trained):
+  rows = _rows(trained)
+  start = int(rows.answer_start_N[0])  # predictions[start] is the first answer token
+  assert sparse_needles.prompt_length(rows, "answer") == start + 1  # from the prefill
+  assert sparse_needles.prompt_length(rows, "question") == start  # decoded after it
+
+
+@pytest.mark.parametrize("prompt_end", ["answer", "question"])
+def test_keep_all_prefill_answers_as_the_plain_needle_sweep(trained, prompt_end):
+  rows, predictor, got = _predict(trained, sparse_prefill.KeepAll(), prompt_end=prompt_end)
   dense = trained_lib.Predictor(trained, 16)(rows.rows)["predictions"]  # the forward pass
   for i, (start, stop) in enumerate(zip(rows.answer_start_N, rows.answer_stop_N, strict=True)):
-    # the answer's tokens: the first from the prefill, the rest decoded step by step
-    np.testing.assert_array_equal(got[i, start - 1:stop - 1], dense[i, start - 1:stop - 1])
+    # the answer's tokens (answer: the first from the prefill, the rest decoded step by step)
+    np.testing.assert_array_equal(got[i, start:stop], dense[i, start:stop])
   assert predictor.kept_fraction(rows.rows["inputs"][:4]) == pytest.approx(1.0)
 
 
@@ -52,6 +60,9 @@ def test_a_sparse_prefill_keeps_less_and_changes_what_the_prompt_reads(trained):
   assert predictor.kept_fraction(rows.rows["inputs"][:4]) < 0.5
   prompt = sparse_needles.prompt_length(rows)
   assert (got[:, :prompt] != dense[:, :prompt]).any()
+  # with the whole query prefilled, the first answer token is the sparse prefill's own
+  start = rows.answer_start_N[0]
+  assert prompt == start + 1 and (got[:, start] != dense[:, start]).any()
 
 
 def test_probe_records_accuracy_by_offset_and_phase_for_each_pattern(trained):
@@ -64,7 +75,8 @@ def test_probe_records_accuracy_by_offset_and_phase_for_each_pattern(trained):
   assert list(result.record) == ["keep_all-b4", "block_sparse-k2-b4"]
   record = result.record["block_sparse-k2-b4"]
   assert record["pattern"] == patterns[1] and record["block"] == 4
-  assert record["prompt_tokens"] == [sparse_needles.prompt_length(_rows(trained))]
+  assert record["prompt_end"] == "answer"
+  assert record["prompt_tokens"] == [int(_rows(trained).answer_start_N[0]) + 1]
   assert 0 < record["kept_fraction"] < 1
   matrix = result.matrices["block_sparse-k2-b4_far"]
   assert matrix.correct_YxJ.shape == (2, 8)

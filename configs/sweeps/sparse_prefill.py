@@ -6,11 +6,14 @@
 The eviction sweep's models (configs/sweeps/eviction.py: three seeds of full attention on
 2-token needles with keys and queries shifted by 3, 600 steps; its ``SHARED``), the models of
 this project that retrieve on CPU (held-out far accuracy 0.97-0.98 there). Each is evaluated
-by the ``sparse_needles`` probe under every pattern of ``PATTERNS``: the prompt (143 tokens,
-ending right before the moved needle's first answer token) goes through
+by the ``sparse_needles`` probe under every pattern of ``patterns()``: the prompt (144 tokens,
+the whole query included, ``prompt_end="answer"``) goes through
 ``decode.prefill(..., sparse=Plan.uniform(model, pattern, block=B))``, so the first answer
-token comes from the sparse prefill's attention and the rest is decoded densely from the cache
-it wrote (whose later layers' keys and values read the sparse attention of earlier layers).
+token comes from the sparse prefill's last position and the rest is decoded densely from the
+cache it wrote (whose later layers' keys and values read the sparse attention of earlier
+layers). The first run ended the prompt one token earlier (``prompt_end="question"``, the
+eviction probe's setting), which decoded the query's last token densely: results/sparse_prefill
+/RUN.md.
 The needle moves over 48 consecutive offsets at the far depth (three periods of lcm(8, 16) =
 16: every residue of both block sizes occurs equally often) in 32 haystacks; accuracy by
 needle offset mod B for B = 8 and 16; the matrices stay in ``DIR/correct/`` for claims P1-P2
@@ -23,7 +26,7 @@ either: no model here retrieves on it (the same protocol rows), and on these kv 
 needle sweep is the protocol's long-needle test in the form whose residues we control.
 
 Patterns (MInference's units: key blocks for block-sparse, tokens otherwise), scaled from
-MInference's 64-token blocks on 100K+ prompts to a 143-token prompt (docs/sparse_prefill.md has
+MInference's 64-token blocks on 100K+ prompts to a 144-token prompt (docs/sparse_prefill.md has
 the full table; results/sparse_prefill/RUN.md the mapping):
 - block-sparse, B = 8 (18 blocks): top 2, 4, 8 key blocks (16, 32, 64 tokens; 11, 22, 44% of
   the prompt's blocks); B = 16 (9 blocks): top 2, 4 (32, 64 tokens; 22, 44%); the diagonal
@@ -90,6 +93,6 @@ def get_config(arg: str = ""):
       reference_chunk_size=4,
       eval_batch_size=64,
       probes=dict(needle_sweep=NEEDLES,
-                  sparse_needles=dict(patterns=patterns(), prompt_end="question",
+                  sparse_needles=dict(patterns=patterns(), prompt_end="answer",
                                       phase_sizes=BLOCKS, batch_size=64, **NEEDLES)),
   )

@@ -3,11 +3,16 @@
 The registered probe ``sparse_needles``: for every pattern of its ``patterns`` option (config
 dicts: ``dict(pattern="block_sparse", block=8, top=4)``; ``block`` is the plan's block of
 queries and keys in tokens, the rest ``sparse_prefill.from_dict``'s settings) the needle shift
-sweep's rows go through a ``SparsePrefillPredictor``: the prompt, which ends right before the
-first scored answer token (``prompt_end="question"``, as the eviction probe's), is prefilled by
-``decode.prefill(..., sparse=Plan.uniform(model, pattern, block=block))``, so the first answer
-token comes from the sparse attention, and the rest of the row is decoded densely from the cache
-that prefill wrote. Each pattern's record holds its block, the mean fraction of causal
+sweep's rows go through a ``SparsePrefillPredictor``: the prompt is prefilled by
+``decode.prefill(..., sparse=Plan.uniform(model, pattern, block=block))`` and the rest of the
+row is decoded densely from the cache that prefill wrote. Where the prompt ends
+(``prompt_end``):
+- ``answer`` (a sparse prefill's setting: the whole prompt, question included, is prefilled):
+  after the query's last key token, so the first answer token is predicted by the sparse
+  prefill's last position;
+- ``question`` (the eviction probe's): right before the query's last key token, which is then
+  decoded densely with the answer; only the cache the sparse prefill wrote is sparse.
+Each pattern's record holds its block, the mean fraction of causal
 (query, key) pairs its index sets keep on the first batch's prompts (``kept_fraction``, over
 rows, layers and heads) and, per depth, the accuracy by needle offset and by offset mod L for
 each L of ``phase_sizes`` and the pattern's own block; its correctness matrices are stored as
@@ -34,7 +39,7 @@ from chunkformer.evaluation.records import correctness
 from chunkformer.sparse_prefill import search
 
 FIELD = "sweep.probes.sparse_needles"
-PROMPT_ENDS = ("question",)
+PROMPT_ENDS = ("answer", "question")
 
 
 def label(spec: Mapping[str, Any]) -> str:
@@ -70,7 +75,7 @@ def chosen_patterns(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   return chosen
 
 
-def check_options(patterns: Sequence[Mapping[str, Any]] = (), prompt_end: str = "question",
+def check_options(patterns: Sequence[Mapping[str, Any]] = (), prompt_end: str = "answer",
                   **_) -> None:
   """The options a sweep config gives this probe, checked before anything trains."""
   chosen_patterns(patterns)
@@ -133,13 +138,15 @@ class SparsePrefillPredictor:
     return float(np.mean(found))
 
 
-def prompt_length(sweep: needle_sweep.SweepRows) -> int:
-  """Tokens prefilled for one depth's rows: up to the first scored answer token."""
+def prompt_length(sweep: needle_sweep.SweepRows, prompt_end: str = "answer") -> int:
+  """Tokens prefilled for one depth's rows (the same for every row). The first scored target
+  is predicted at index ``answer_start``: ``answer`` prefills through it, ``question`` stops
+  right before it."""
   starts = np.unique(sweep.answer_start_N)
   if starts.size != 1:
     raise ValueError(f"depth {sweep.name}: rows answer at {starts.tolist()}; one prompt "
                      "length per depth is needed")
-  return int(starts[0])
+  return int(starts[0]) + (prompt_end == "answer")
 
 
 def by_phase(correct_YxJ: np.ndarray, offsets_J: np.ndarray, size: int) -> list[float | None]:
@@ -150,7 +157,7 @@ def by_phase(correct_YxJ: np.ndarray, offsets_J: np.ndarray, size: int) -> list[
 
 
 def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
-          prompt_end: str = "question", num_offsets: int = 24, num_haystacks: int = 8,
+          prompt_end: str = "answer", num_offsets: int = 24, num_haystacks: int = 8,
           depths: Sequence[float] = (0.0,), phase_sizes: Sequence[int] = (),
           batch_size: int = 32) -> ProbeResult:
   """Accuracy by needle offset and phase under each pattern (kv models; others record None)."""
@@ -169,7 +176,8 @@ def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
     sizes = sorted({*(int(m) for m in phase_sizes), *context.chunk_sizes, block})
     depth_records, kept = {}, []
     for sweep in sweeps:
-      predictor = SparsePrefillPredictor(context.trained, batch_size, plan, prompt_length(sweep))
+      length = prompt_length(sweep, prompt_end)
+      predictor = SparsePrefillPredictor(context.trained, batch_size, plan, length)
       kept.append(predictor.kept_fraction(sweep.rows["inputs"][:batch_size]))
       (result,) = needle_sweep.run(predictor, [sweep])
       key = f"{name}_{result.name}"
@@ -183,7 +191,8 @@ def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
       }
     record[name] = {
         "pattern": spec_dict, "block": block,
-        "prompt_tokens": sorted({prompt_length(s) for s in sweeps}),
+        "prompt_end": prompt_end,
+        "prompt_tokens": sorted({prompt_length(s, prompt_end) for s in sweeps}),
         "kept_fraction": float(np.mean(kept)),
         "offsets": [int(o) for o in sweeps[0].offsets_J], "depths": depth_records}
   return ProbeResult(record, matrices)
