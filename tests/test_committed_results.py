@@ -1,5 +1,5 @@
-"""The committed sweep outputs (results/demo, study, code_lm, eviction, strides) still load and
-recompute.
+"""The committed sweep outputs (results/demo, study, code_lm, eviction, strides, paper_protocol,
+sparse_prefill) still load and recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
 so any change to stats, verdicts or report that alters them shows up here, without retraining.
@@ -31,7 +31,8 @@ from chunkformer.studies.lm.report import loss_tables
 from chunkformer.studies.needles.claims import entries, judgments
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
-SWEEPS = ["demo", "study", "code_lm", "eviction", "strides", "paper_protocol"]
+SWEEPS = ["demo", "study", "code_lm", "eviction", "strides", "paper_protocol",
+          "sparse_prefill"]
 CONFIG_ARGS = {"paper_protocol": "cpu_study"}  # get_config's argument where it needs one
 
 
@@ -141,6 +142,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
                  "E3": "INCONCLUSIVE"}),
     ("eviction", {"C2": "REPRODUCED", "E1": "INCONCLUSIVE", "E2": "REPRODUCED",
                   "E3": "REPRODUCED"}),
+    ("sparse_prefill", {"C2": "REPRODUCED", "P1": "INCONCLUSIVE", "P2": "REPRODUCED"}),
     ("paper_protocol", {"C10": "NOT REPRODUCED", "C11": "INCONCLUSIVE", "C12": "INCONCLUSIVE",
                         "C13": "INCONCLUSIVE", "C14": "REPRODUCED", "C15": "INCONCLUSIVE",
                         "C16": "INCONCLUSIVE"}),
@@ -148,7 +150,7 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
   claims = results_file.load(_path(sweep)).claims
-  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 17)] + ["E1", "E2", "E3"]
+  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 17)] + ["E1", "E2", "E3", "P1", "P2"]
   for claim in claims:
     assert claim.verdict in VERDICTS and "NOT TESTED" not in claim.reason
     assert claim.reason, claim.id

@@ -9,9 +9,9 @@ entry below (WORKSPACE.md, "How to add a study"). A study imports the engine
 """
 
 from chunkformer.evaluation.sweep import catalog
-from chunkformer.studies import eviction, lm, needles, paper
+from chunkformer.studies import eviction, lm, needles, paper, sparse_prefill
 
-STUDIES = (needles.STUDY, paper.STUDY, eviction.STUDY, lm.STUDY)
+STUDIES = (needles.STUDY, paper.STUDY, eviction.STUDY, sparse_prefill.STUDY, lm.STUDY)
 
 
 def install() -> None:

@@ -1,0 +1,198 @@
+"""The needle shift sweep under a sparse prefill: accuracy by needle position per pattern.
+
+The registered probe ``sparse_needles``: for every pattern of its ``patterns`` option (config
+dicts: ``dict(pattern="block_sparse", block=8, top=4)``; ``block`` is the plan's block of
+queries and keys in tokens, the rest ``sparse_prefill.from_dict``'s settings) the needle shift
+sweep's rows go through a ``SparsePrefillPredictor``: the prompt is prefilled by
+``decode.prefill(..., sparse=Plan.uniform(model, pattern, block=block))`` and the rest of the
+row is decoded densely from the cache that prefill wrote. Where the prompt ends
+(``prompt_end``):
+- ``answer`` (a sparse prefill's setting: the whole prompt, question included, is prefilled):
+  after the query's last key token, so the first answer token is predicted by the sparse
+  prefill's last position;
+- ``question`` (the eviction probe's): right before the query's last key token, which is then
+  decoded densely with the answer; only the cache the sparse prefill wrote is sparse.
+Each pattern's record holds its block, the mean fraction of causal
+(query, key) pairs its index sets keep on the first batch's prompts (``kept_fraction``, over
+rows, layers and heads) and, per depth, the accuracy by needle offset and by offset mod L for
+each L of ``phase_sizes`` and the pattern's own block; its correctness matrices are stored as
+``sparse_needles_<label>_<depth>`` so that claims can recompute everything.
+A model with other than full-attention layers is refused (ConfigError from the plan).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from chunkformer import decode, sparse_prefill
+from chunkformer.config_sections.errors import ConfigError, one_of, require
+from chunkformer.evaluation.probes import needle_sweep
+from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
+from chunkformer.evaluation.records import correctness
+from chunkformer.sparse_prefill import search
+
+FIELD = "sweep.probes.sparse_needles"
+PROMPT_ENDS = ("answer", "question")
+
+
+def label(spec: Mapping[str, Any]) -> str:
+  """A pattern's stable name with its block: ``block_sparse-k4-b8``."""
+  return f"{pattern_of(spec).label()}-b{int(spec['block'])}"
+
+
+def pattern_of(spec: Mapping[str, Any], field: str = FIELD) -> sparse_prefill.Pattern:
+  spec = {k: v for k, v in dict(spec).items() if k != "block"}
+  return sparse_prefill.from_dict(spec, field=field)
+
+
+def _plain(spec: Any) -> dict[str, Any]:
+  return spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)  # ConfigDict or dict
+
+
+def chosen_patterns(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """The config's pattern dicts, checked: ConfigError naming the bad entry."""
+  if isinstance(specs, (str, bytes, Mapping)) or not specs:
+    raise ConfigError(f"config field '{FIELD}.patterns': give a list of pattern dicts, got "
+                      f"{specs!r}")
+  chosen = []
+  for i, s in enumerate(specs):
+    spec, where = _plain(s), f"{FIELD}.patterns[{i}]"
+    block = spec.get("block")
+    require(isinstance(block, int) and not isinstance(block, bool) and block >= 1,
+            f"{where}.block", f"must be an int >= 1 (tokens per block), got {block!r}")
+    pattern_of(spec, where)
+    chosen.append(spec)
+  labels = [label(s) for s in chosen]
+  if len(set(labels)) != len(labels):
+    raise ConfigError(f"config field '{FIELD}.patterns': a pattern is listed twice ({labels})")
+  return chosen
+
+
+def check_options(patterns: Sequence[Mapping[str, Any]] = (), prompt_end: str = "answer",
+                  **_) -> None:
+  """The options a sweep config gives this probe, checked before anything trains."""
+  chosen_patterns(patterns)
+  one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
+
+
+@functools.partial(jax.jit, static_argnames=("model", "prompt_len", "plan"))
+def _predict(model, params, inputs_BxT, prompt_len: int, plan):
+  logits, cache = decode.prefill(model, params, inputs_BxT[:, :prompt_len], inputs_BxT.shape[1],
+                                 sparse=plan)
+
+  def feed(cache, token_B):
+    step_logits, cache = decode.step(model, params, cache, token_B[:, None])
+    return cache, jnp.argmax(step_logits, axis=-1)
+
+  _, later_NxB = jax.lax.scan(feed, cache, inputs_BxT[:, prompt_len:].T)
+  return jnp.concatenate([jnp.argmax(logits, axis=-1), later_NxB.T], axis=1).astype(jnp.int32)
+
+
+class SparsePrefillPredictor:
+  """``trained.Predictor``: the first ``prompt_len`` tokens of each row prefilled sparsely by
+  ``plan``, the rest fed one by one (teacher forcing) through ``decode.step``."""
+
+  def __init__(self, trained: trained_lib.TrainedModel, batch_size: int,
+               plan: sparse_prefill.Plan, prompt_len: int):
+    seq_len = trained.config.data.seq_len
+    if not 1 <= prompt_len < seq_len:
+      raise ValueError(f"prompt_len {prompt_len} must lie in [1, {seq_len}) (data.seq_len)")
+    plan.check(trained.config.model)
+    self.trained, self.batch_size, self.plan, self.prompt_len = (
+        trained, batch_size, plan, prompt_len)
+
+  def __call__(self, rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    inputs = np.asarray(rows["inputs"], np.int32)
+    n, t = inputs.shape
+    if n == 0:
+      raise ValueError("no rows to predict")
+    if t != self.trained.config.data.seq_len:
+      raise ValueError(f"rows have {t} tokens; the model was trained on data.seq_len = "
+                       f"{self.trained.config.data.seq_len}")
+    if not (np.asarray(rows["positions"]) == np.arange(t)).all() or np.asarray(
+        rows["segment_ids"]).any():
+      raise ValueError("a sparse prefill decodes one document per row at positions 0..T-1")
+    pieces = []
+    with self.trained.runtime.context():
+      for start in range(0, n, self.batch_size):
+        index = np.minimum(np.arange(start, start + self.batch_size), n - 1)
+        out = _predict(self.trained.runtime.model, self.trained.params,
+                       jnp.asarray(inputs[index]), self.prompt_len, self.plan)
+        pieces.append(np.asarray(out)[:min(self.batch_size, n - start)])
+    return {"predictions": np.concatenate(pieces)}
+
+  def kept_fraction(self, inputs_BxT: np.ndarray) -> float:
+    """The mean fraction of causal pairs the plan's index sets keep on these prompts."""
+    with self.trained.runtime.context():
+      indices = search.prefill_indices(self.trained.runtime.model, self.trained.params,
+                                       jnp.asarray(inputs_BxT[:, :self.prompt_len]), self.plan)
+    found = [np.asarray(sparse_prefill.kept_fraction(i, self.prompt_len, self.plan.block))
+             for i in indices if i is not None]
+    return float(np.mean(found))
+
+
+def prompt_length(sweep: needle_sweep.SweepRows, prompt_end: str = "answer") -> int:
+  """Tokens prefilled for one depth's rows (the same for every row). The first scored target
+  is predicted at index ``answer_start``: ``answer`` prefills through it, ``question`` stops
+  right before it."""
+  starts = np.unique(sweep.answer_start_N)
+  if starts.size != 1:
+    raise ValueError(f"depth {sweep.name}: rows answer at {starts.tolist()}; one prompt "
+                     "length per depth is needed")
+  return int(starts[0]) + (prompt_end == "answer")
+
+
+def by_phase(correct_YxJ: np.ndarray, offsets_J: np.ndarray, size: int) -> list[float | None]:
+  """Accuracy of the needles at offset mod ``size`` = 0 .. size - 1 (None where none)."""
+  phase_J = offsets_J % size
+  return [float(correct_YxJ[:, phase_J == p].mean()) if (phase_J == p).any() else None
+          for p in range(size)]
+
+
+def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
+          prompt_end: str = "answer", num_offsets: int = 24, num_haystacks: int = 8,
+          depths: Sequence[float] = (0.0,), phase_sizes: Sequence[int] = (),
+          batch_size: int = 32) -> ProbeResult:
+  """Accuracy by needle offset and phase under each pattern (kv models; others record None)."""
+  config = context.trained.config
+  if config.data.task != "kv":
+    return ProbeResult(None)
+  chosen = chosen_patterns(patterns)
+  one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
+  spec = needle_sweep.NeedleSweepSpec(num_offsets, num_haystacks, tuple(float(d) for d in depths),
+                                      seed=context.seed)
+  sweeps = needle_sweep.build(config.data, spec)
+  record, matrices = {}, {}
+  for spec_dict in chosen:
+    name, block = label(spec_dict), int(spec_dict["block"])
+    plan = sparse_prefill.Plan.uniform(config.model, pattern_of(spec_dict), block=block)
+    sizes = sorted({*(int(m) for m in phase_sizes), *context.chunk_sizes, block})
+    depth_records, kept = {}, []
+    for sweep in sweeps:
+      length = prompt_length(sweep, prompt_end)
+      predictor = SparsePrefillPredictor(context.trained, batch_size, plan, length)
+      kept.append(predictor.kept_fraction(sweep.rows["inputs"][:batch_size]))
+      (result,) = needle_sweep.run(predictor, [sweep])
+      key = f"{name}_{result.name}"
+      matrices[key] = correctness.Matrix(result.correct_YxJ, result.offsets_J)
+      depth_records[result.name] = {
+          "matrix": key,
+          "accuracy": float(result.correct_YxJ.mean()),
+          "accuracy_by_offset": [float(a) for a in result.correct_YxJ.mean(axis=0)],
+          "accuracy_by_phase": {str(m): by_phase(result.correct_YxJ, result.offsets_J, m)
+                                for m in sizes},
+      }
+    record[name] = {
+        "pattern": spec_dict, "block": block,
+        "prompt_end": prompt_end,
+        "prompt_tokens": sorted({prompt_length(s, prompt_end) for s in sweeps}),
+        "kept_fraction": float(np.mean(kept)),
+        "offsets": [int(o) for o in sweeps[0].offsets_J], "depths": depth_records}
+  return ProbeResult(record, matrices)
