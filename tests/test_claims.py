@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from chunkformer.evaluation.claims import registry
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.analysis_types import Interval, PrefixAnalysis
@@ -58,7 +59,14 @@ def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
   # C5 per seed pair: seed 0 holds (0.2 < 0.5), seed 1 fails (0.6 > 0.5); pooled 0.4 < 0.5.
   assert (by_id["C5"].verdict, by_id["C5"].seeds_agreeing) == ("INCONCLUSIVE", "1/2")
   assert "the seed-pooled test holds but only 1/2 seeds" in by_id["C5"].reason
-  assert by_id["C2"].verdict == "REPRODUCED"
+  # C2 rests on one seed of full attention: the one seed rule (claim rules version 2) never
+  # lets one seed decide; version 1 let it.
+  assert by_id["C2"].verdict == "INCONCLUSIVE"
+  assert "only 1 seed(s) tested; the rule needs 2" in by_id["C2"].reason
+  older = {c.id: c for c in registry.decide(records, pooled=pooled,
+                                            rules=claim_rules.get("1"))}
+  assert (older["C2"].verdict, older["C2"].seeds_agreeing) == ("REPRODUCED", "1/1")
+  assert older["C1"].verdict == by_id["C1"].verdict
   for claim_id in ("C3", "C4", "C6", "C7", "C8", "C9", "E1", "E2", "E3", "P1", "P2"):
     assert by_id[claim_id].verdict == "INCONCLUSIVE" and by_id[claim_id].reason
     assert "NOT TESTED" not in by_id[claim_id].reason
@@ -80,9 +88,15 @@ def test_pooled_test_that_fails_or_is_missing_keeps_the_claim_inconclusive():
   assert (c1.verdict, c1.seeds_agreeing) == ("NOT REPRODUCED", "3/3")
 
 
+def _one_seed_decides(records, **kwargs):
+  """The claims under claim rules version 1, where a variant's one seed decides it: the
+  single-seed records below test what a judgment reads, not how many seeds must agree."""
+  return registry.decide(records, rules=claim_rules.get("1"), **kwargs)
+
+
 def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None)]
-  c1 = registry.decide(records)[0]  # one seed each: each variant is its own pooled test
+  c1 = _one_seed_decides(records)[0]  # one seed each: each variant is its own pooled test
   assert c1.verdict == "INCONCLUSIVE"
   assert "the variants disagree (m4: REPRODUCED, m8: NOT REPRODUCED)" in c1.reason
   # No verdict to agree with: the count is the seeds in which the claim holds (m8's failing
@@ -90,13 +104,13 @@ def test_variants_that_disagree_leave_the_claim_inconclusive_and_name_them():
   assert c1.seeds_agreeing == "1/2"
   # An undecided variant (task not learned) does not block the others' common verdict.
   records = [_record("m4", 0), _record("m8", 0, m=8, p=0.3, period=None, far=0.1)]
-  c1 = registry.decide(records)[0]
+  c1 = _one_seed_decides(records)[0]
   assert c1.verdict == "REPRODUCED" and "m8: INCONCLUSIVE" in c1.reason
 
 
 def test_unlearned_model_leaves_the_claim_undecided_and_c6_without_slot_gains_is_open():
   records = [_record("m4", 0, far=0.1, p=0.3, period=None)]
-  c1, c6 = registry.decide(records)[0], registry.decide(records)[5]
+  c1, c6 = _one_seed_decides(records)[0], _one_seed_decides(records)[5]
   assert c1.verdict == "INCONCLUSIVE" and "not learned" in c1.reason
   assert c6.verdict == "INCONCLUSIVE" and "no realised slot gains" in c6.reason
   with pytest.raises(ValueError, match="NOT TESTED"):
@@ -113,12 +127,12 @@ def test_code_model_record_without_needle_sweep_round_trips_through_json(task):
   data = json.loads(json.dumps(record.to_json()))
   assert "depths" not in data and data["primary_probe"] == "prefix"
   assert VariantRecord.from_json(data) == record
-  by_id = {c.id: c for c in registry.decide([record])}
+  by_id = {c.id: c for c in _one_seed_decides([record])}
   assert by_id["C7"].numbers["code_m4"]["holds"] is False  # C7: no period
   assert by_id["C1"].verdict == "INCONCLUSIVE" and not by_id["C1"].numbers  # not a C1 model
   unlearned = dataclasses.replace(record, analysis=dataclasses.replace(
       BASE, detected_period=None, mean_accuracy=Interval(0.0, None, None)))
-  c7 = {c.id: c for c in registry.decide([unlearned])}["C7"]
+  c7 = {c.id: c for c in _one_seed_decides([unlearned])}["C7"]
   assert c7.verdict == "INCONCLUSIVE" and "not learned" in c7.reason
 
 
@@ -146,18 +160,18 @@ def test_accuracy_gates_read_the_held_out_far_accuracy_where_recorded():
   passes = dataclasses.replace(full, heldout={"far_accuracy": 0.97})
   misses = dataclasses.replace(_record("full", 0, attention="full", m=None, p=0.6, period=None,
                                        gap=0.02, far=0.99), heldout={"far_accuracy": 0.80})
-  assert registry.decide([full])[1].verdict == "INCONCLUSIVE"  # no held-out: the sweep's 0.90
-  assert registry.decide([passes])[1].verdict == "REPRODUCED"
-  c2 = registry.decide([misses])[1]
+  assert _one_seed_decides([full])[1].verdict == "INCONCLUSIVE"  # no held-out: the sweep's 0.90
+  assert _one_seed_decides([passes])[1].verdict == "REPRODUCED"
+  c2 = _one_seed_decides([misses])[1]
   assert c2.verdict == "INCONCLUSIVE"
   assert "held-out far accuracy 0.800 is below the 0.95 gate" in c2.reason
   assert c2.numbers["full"]["gate_accuracy"] == 0.80
   # The 50% "task learned" gate of a fixed model too.
   unlearned = dataclasses.replace(_record("m4", 0, far=0.9), heldout={"far_accuracy": 0.2})
-  assert registry.decide([unlearned])[0].numbers["m4"]["holds"] is True  # period shown anyway
+  assert _one_seed_decides([unlearned])[0].numbers["m4"]["holds"] is True  # period shown anyway
   flat = dataclasses.replace(_record("m4", 0, far=0.9, p=0.4, period=None),
                              heldout={"far_accuracy": 0.2})
-  assert registry.decide([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned
+  assert _one_seed_decides([flat])[0].numbers["m4"]["holds"] is None  # no period, not learned
 
 
 def test_a_cure_has_no_period_only_by_the_controls_standard():
@@ -169,14 +183,14 @@ def test_a_cure_has_no_period_only_by_the_controls_standard():
   holds = {}
   for name, kw in cures.items():  # one cure at a time: a family of one test (no Holm effect)
     records = [base, _record(name, 0, gap=0.05, key_shift=True, **kw)]
-    holds[name] = registry.decide(records)[8].numbers[name]["holds"]
+    holds[name] = _one_seed_decides(records)[8].numbers[name]["holds"]
   assert holds == {"flat": True, "weak_p": False, "other_period": False}
   line = judgments.judge([base, _record("other_period", 0, gap=0.05, key_shift=True,
                                         **cures["other_period"])])[-1].line
   assert "detected period 3" in line and line.endswith("reduces the gap, still periodic")
   # The three as one claim: Holm over its 3 tests lifts 0.03 to 0.09, no longer periodic.
   records = [base] + [_record(n, 0, gap=0.05, key_shift=True, **kw) for n, kw in cures.items()]
-  c9 = registry.decide(records)[8]
+  c9 = _one_seed_decides(records)[8]
   assert c9.numbers["weak_p"]["p_value_holm"] == pytest.approx(0.09)
   assert c9.numbers["weak_p"]["holds"] is True
 
@@ -185,8 +199,8 @@ def test_holm_within_a_claim_adjusts_the_tests_its_verdict_reads():
   # Two plain variants, one seed each, p = 0.006 at M: alone each passes p < 0.01; as the two
   # tests of C1, Holm gives both 2 x 0.006 = 0.012 and neither passes.
   m4, m8 = _record("m4", 0, p=0.006), _record("m8", 0, m=8, period=8, p=0.006)
-  assert registry.decide([m4])[0].verdict == "REPRODUCED"
-  c1 = registry.decide([m4, m8])[0]
+  assert _one_seed_decides([m4])[0].verdict == "REPRODUCED"
+  c1 = _one_seed_decides([m4, m8])[0]
   assert c1.verdict == "NOT REPRODUCED"
   assert c1.numbers["m4"]["p_value_holm"] == pytest.approx(0.012)
   assert c1.numbers["m4"]["holm_family"] == 2 and c1.numbers["m4"]["p_value"] == 0.006
@@ -200,6 +214,8 @@ def test_ablation_on_one_seed_says_so_in_its_verdict_line():
   two = [_record("norope_s0", 0, rope=False, variant="norope"),
          _record("norope_s1", 1, rope=False, variant="norope")]
   assert judgments.decide(one)[-1 - 3].startswith("REPRODUCED on one seed: still periodic")
-  c3 = registry.decide(one)[2]
+  c3 = _one_seed_decides(one)[2]
   assert c3.verdict == "REPRODUCED" and c3.numbers["norope"]["one_seed"] is True
+  now = registry.decide(one)[2]  # the current rules: one seed never decides
+  assert now.verdict == "INCONCLUSIVE" and "the rule needs 2" in now.reason
   assert not any("one seed" in line for line in judgments.decide(two))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness, results_file
 from chunkformer.evaluation.stats import period_effect
 from chunkformer.studies.paper.claims import effect_size
@@ -59,7 +60,8 @@ def _judged():
   s = results.settings
   return results, judging.judge(results.variants, correctness.loader(COMMITTED), seed=s["seed"],
                                 num_resamples=s["num_resamples"],
-                                num_permutations=s["num_permutations"])
+                                num_permutations=s["num_permutations"],
+                                rules=claim_rules.of_settings(s).version)
 
 
 @pytest.mark.parametrize("claim_id, plan, effect", [
@@ -67,12 +69,13 @@ def _judged():
     ("C12", "INCONCLUSIVE", "INCONCLUSIVE")])
 def test_the_committed_claims_show_both_verdicts(claim_id, plan, effect):
   results, judged = _judged()
+  assert judged.rules.version == "1"  # the sweep's own rules (plan version 4's) decide
   claim = {c.id: c for c in judged.claims}[claim_id]
-  assert claim.verdict == plan  # the plan decides
-  assert claim.numbers["effect_size_rules"]["verdict"] == effect
-  assert claim.reason.endswith(f"{effect_size.NOTE}: {effect}")
-  stored = {c.id: c for c in results.claims}[claim_id]
-  assert stored.numbers["effect_size_rules"]["verdict"] == effect  # the committed file says it
+  assert claim.verdict == plan
+  now = {c.id: c for c in judged.current}[claim_id]
+  assert now.verdict == effect and "period by effect size" in now.reason
+  stored = {c.id: c for c in results.current_claims}[claim_id]
+  assert stored.verdict == effect and results.current_rules == "2"  # the committed file says it
 
 
 def test_committed_units_periodic_with_s_where_learned_and_full_attention_flat():
@@ -87,7 +90,7 @@ def test_committed_units_periodic_with_s_where_learned_and_full_attention_flat()
       elif decision.verdict != period_effect.UNDECIDED:  # learned: past the power gate
         assert (decision.verdict, decision.period) == (period_effect.PERIODIC, stride), unit
   # C10 is undecided for the reason the report gives: no learned S = 12 row.
-  c10 = {c.id: c for c in judged.claims}["C10"]
-  assert "no REPRODUCED row at stride(s) 12" in c10.numbers["lines"][-1]
+  c10 = {c.id: c for c in judged.current}["C10"]
+  assert "no REPRODUCED row at stride(s) 12" in c10.reason
   assert {d.rows["w12s12_1kv"][p].verdict for p in effect_size.PADDINGS} == {
       period_effect.UNDECIDED}

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import seed_pooling
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
@@ -55,9 +56,12 @@ def _runs_and_loader(num_seeds, *, offsets_of=None, near_step=0):
   return runs, stored.get
 
 
-def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
+V1 = claim_rules.get("1")  # claim rules version 1: the seeds' rows stacked
+
+
+def test_pooled_record_under_rules_1_is_the_analysis_of_every_seeds_haystacks_stacked():
   runs, load = _runs_and_loader(3)
-  pooled = seed_pooling.pool(runs, load, **KW)
+  pooled = seed_pooling.pool(runs, load, rules=V1, **KW)
   far = np.concatenate([load(r.name)["needle_far"].correct_YxJ for r in runs])
   near = np.concatenate([load(r.name)["needle_near"].correct_YxJ for r in runs])
   assert pooled.analysis == stats.analyze(far, OFFSETS, [4], **KW)
@@ -76,11 +80,28 @@ def test_pooled_record_is_the_analysis_of_every_seeds_haystacks_stacked():
       [load(r.name)["needle_far"].correct_YxJ for r in runs]), far)
 
 
+def test_pooled_record_has_the_haystack_as_the_unit_under_the_current_rules():
+  # Every seed answers the same haystacks: each haystack's outcome averaged over the seeds,
+  # so the pooled record has 4 haystacks, not 12, and its intervals are no narrower than the
+  # haystacks allow. Phase accuracies (column means) equal the stacked ones.
+  runs, load = _runs_and_loader(3)
+  pooled = seed_pooling.pool(runs, load, **KW)
+  far = [load(r.name)["needle_far"].correct_YxJ for r in runs]
+  assert pooled.analysis == stats.analyze(np.mean(far, axis=0), OFFSETS, [4], **KW)
+  assert pooled.analysis.num_haystacks == 4
+  stacked = seed_pooling.pool(runs, load, rules=V1, **KW).analysis
+  np.testing.assert_allclose(pooled.analysis.accuracy_by_offset.values,
+                             stacked.accuracy_by_offset.values)
+  assert pooled.analysis.phase.weakest_phase == stacked.phase.weakest_phase
+  near = np.mean([load(r.name)["needle_near"].correct_YxJ for r in runs], axis=0)
+  assert pooled.near_accuracy == pytest.approx(near.mean())
+
+
 def test_all_depths_pooled_over_seeds_when_each_depth_has_its_own_offsets():
   # The depths of a sweep never share offsets; the seeds share them depth by depth. The pooled
   # all-depths test is then recomputed from every seed's depths, not left at seed 0's value.
   runs, load = _runs_and_loader(3, near_step=400)
-  pooled = seed_pooling.pool(runs, load, **KW)
+  pooled = seed_pooling.pool(runs, load, rules=V1, **KW)
   rows = [np.concatenate([load(r.name)[n].correct_YxJ for n in ("needle_far", "needle_near")])
           for r in runs]
   expected = stats.analyze(np.concatenate(rows), OFFSETS, [4], **KW)
@@ -91,7 +112,7 @@ def test_all_depths_pooled_over_seeds_when_each_depth_has_its_own_offsets():
   # Seeds asked different offsets at one depth have no pooled all-depths test.
   other = lambda name: {**load(name), "needle_near": correctness.Matrix(  # noqa: E731
       load(name)["needle_near"].correct_YxJ, OFFSETS + (4 if name.endswith("1") else 400))}
-  assert seed_pooling.pool(runs, other, **KW).all_depths is None
+  assert seed_pooling.pool(runs, other, rules=V1, **KW).all_depths is None
 
 
 def test_one_seed_is_its_own_pooled_record_and_missing_data_gives_none():

@@ -16,6 +16,7 @@ from chunkformer.evaluation.records.variant import SlotGainSite, VariantRecord, 
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.analysis_types import Interval
 from chunkformer.evaluation.stats.estimates import phase_dependent_needles
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.studies.needles.claims import judgments, slot_preference, step_size, summaries
 from chunkformer.studies.needles.report import claim_tables
 
@@ -215,6 +216,9 @@ def test_c6_without_init_gains_is_inconclusive_and_one_seed_is_its_own_pooled_te
   claim = slot_preference.c6_claim(_slot_records(with_init=False), num_permutations=100)
   assert claim.verdict == "INCONCLUSIVE" and "initialised model" in claim.reason
   claim = slot_preference.c6_claim(_slot_records(seeds=1), num_permutations=100)
+  assert claim.verdict == "INCONCLUSIVE"  # the current rules: one seed never decides
+  claim = slot_preference.c6_claim(_slot_records(seeds=1), num_permutations=100,
+                                   rules=claim_rules.get("1"))
   assert (claim.verdict, claim.seeds_agreeing) == ("REPRODUCED", "1/1")
   site = claim.numbers["fixed_m4"]["sites"]["block_0/attn/compressor"]
   assert site["shift"]["seeds_agreeing"] == "1/1"

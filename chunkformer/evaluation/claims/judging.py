@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chunkformer.evaluation.claims import plan_check, registry
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.loss_rows import RowsLoader
@@ -28,22 +29,32 @@ class Judged:
   pooled: Mapping[str, VariantRecord]  # variant -> its seed-pooled record (``seed_pooling``)
   tables: Mapping[str, Any]  # study -> the statistics its report sections show
   evidence: registry.Evidence | None = None
+  rules: claim_rules.Rules = claim_rules.RULES[claim_rules.CURRENT]  # the deciding rules
+  # Every claim under the current rules, when the deciding rules are older (else empty).
+  current: tuple[Claim, ...] = ()
 
 
 def judge(records: Sequence[VariantRecord], matrices: correctness.Loader | None, *,
           loss_rows: RowsLoader | None = None, seed: int = 0, num_resamples: int = 2000,
-          num_permutations: int = 2000, plan: Mapping[str, Any] | None = None) -> Judged:
+          num_permutations: int = 2000, plan: Mapping[str, Any] | None = None,
+          rules: str = claim_rules.CURRENT) -> Judged:
   """Judges a sweep's records (module docstring); ``matrices`` reads a unit's correctness
   matrices (``correctness.loader``), ``loss_rows`` its loss rows (``loss_rows.loader``);
   ``plan``: the sweep's plan file as it is now (``provenance.file_state``), against which
-  every unit's verdict lines are flagged (``plan_check``)."""
-  found = registry.evidence(records, matrices, seed=seed, num_resamples=num_resamples,
-                            num_permutations=num_permutations,
-                            plan_flags=plan_check.flags(records, plan), loss_rows=loss_rows)
+  every unit's verdict lines are flagged (``plan_check``); ``rules``: the version of the
+  claim rules that decides."""
+  deciding = claim_rules.get(rules)
+  kw = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations,
+            plan_flags=plan_check.flags(records, plan), loss_rows=loss_rows)
+  found = registry.evidence(records, matrices, rules=deciding, **kw)
   lines = [line for hooks in registry.JUDGING.values() if hooks.verdict_lines
            for line in hooks.verdict_lines(found)]
   claims = registry.decide_on(found)
   lines += [line for c in claims for line in c.numbers.get("lines", ())]
   tables = {study: hooks.tables(found) for study, hooks in registry.JUDGING.items()
             if hooks.tables}
-  return Judged(tuple(claims), tuple(lines), found.pooled, tables, found)
+  current = ()
+  if deciding.version != claim_rules.CURRENT:
+    current = tuple(registry.decide_on(registry.evidence(
+        records, matrices, rules=claim_rules.get(claim_rules.CURRENT), **kw)))
+  return Judged(tuple(claims), tuple(lines), found.pooled, tables, found, deciding, current)

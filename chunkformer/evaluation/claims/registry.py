@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import seed_pooling
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
@@ -28,8 +29,9 @@ from chunkformer.evaluation.records.variant import VariantRecord
 @dataclasses.dataclass(frozen=True)
 class Evidence:
   """What a claim may rest on: every record of the sweep, their seed-pooled records, the
-  stored matrices and loss rows, the resampling settings, the plan flags, and what each
-  study's ``prepare`` derived from these (``prepared[study]``)."""
+  stored matrices and loss rows, the resampling settings, the plan flags, the claim rules it
+  is judged under (``claims.rules``), and what each study's ``prepare`` derived from these
+  (``prepared[study]``)."""
 
   records: tuple[VariantRecord, ...]
   pooled: Mapping[str, VariantRecord]  # variant -> seed-pooled record (``seed_pooling``)
@@ -41,6 +43,7 @@ class Evidence:
   plan_flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
   loss_rows: RowsLoader | None = None  # unit -> its per-token loss rows
   prepared: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  rules: claim_rules.Rules = claim_rules.RULES[claim_rules.CURRENT]
 
   @property
   def resampling(self) -> dict[str, int]:
@@ -77,14 +80,16 @@ def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | No
              pooled: Mapping[str, VariantRecord] | None = None, seed: int = 0,
              num_resamples: int = 2000, num_permutations: int = 2000,
              plan_flags: Mapping[str, str] | None = None,
-             loss_rows: RowsLoader | None = None) -> Evidence:
-  """The evidence of a sweep, each installed study's part prepared; ``pooled`` computed from
-  ``matrices`` when not given."""
+             loss_rows: RowsLoader | None = None,
+             rules: claim_rules.Rules | None = None) -> Evidence:
+  """The evidence of a sweep under ``rules`` (default: the current ones), each installed
+  study's part prepared; ``pooled`` computed from ``matrices`` when not given."""
+  rules = rules or claim_rules.RULES[claim_rules.CURRENT]
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   if pooled is None:
-    pooled = seed_pooling.pooled_records(records, matrices, **resampling)
+    pooled = seed_pooling.pooled_records(records, matrices, rules=rules, **resampling)
   base = Evidence(tuple(records), dict(pooled), matrices, **resampling,
-                  plan_flags=dict(plan_flags or {}), loss_rows=loss_rows)
+                  plan_flags=dict(plan_flags or {}), loss_rows=loss_rows, rules=rules)
   prepared = {}
   for study, hooks in JUDGING.items():
     if hooks.prepare is not None:

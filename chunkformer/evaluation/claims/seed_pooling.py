@@ -2,9 +2,12 @@
 
 The seed rule for a claim over training seeds (``stats.seed_rule``): it holds when it holds in
 at least 2 of the seeds AND the seed-pooled test agrees. The pooled test of a variant is the
-same test as for one seed, on the haystack rows of every seed stacked as more haystacks
-(``seed_rule.pool_seeds``): the primary probe's matrix (far needle depth, or the prefix
-probe), all depths pooled, and for dynamic models the phases inside the actual chunk. The
+same test as for one seed, on the seeds' matrices pooled as the claim rules say
+(``rules.Rules.pool``: under the current rules each haystack's outcome averaged over the
+seeds, the haystack as the unit, since every seed answers the same haystacks; under version 1
+the rows stacked as more haystacks): the primary probe's matrix (far needle depth, or the
+prefix probe), all depths pooled, and for dynamic models the phases inside the actual chunk
+(which need one row per answer, so they stay stacked). The
 correctness matrices (``DIR/correct/<unit>.npz``) are the data, so a merge or a recomputation
 from results.json gives the same pooled record.
 
@@ -26,6 +29,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from chunkformer.evaluation import stats
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.seed_rule import pool_seeds
@@ -51,8 +55,10 @@ def _same_offsets(matrices: Sequence[correctness.Matrix]) -> bool:
 
 
 def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
-         num_resamples: int = 2000, num_permutations: int = 2000) -> VariantRecord | None:
+         num_resamples: int = 2000, num_permutations: int = 2000,
+         rules: claim_rules.Rules | None = None) -> VariantRecord | None:
   """One variant's seeds as one record (module docstring); None without comparable matrices."""
+  rules = rules or claim_rules.RULES[claim_rules.CURRENT]
   name = runs[0].primary_matrix_name
   loaded = [load(r.name) for r in runs]
   if name is None or any(m is None or name not in m for m in loaded):
@@ -64,7 +70,7 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
   offsets = primary[0].offsets_J
   sizes = [t.chunk_size for t in first.analysis.by_chunk_size]
   kw = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
-  pooled = pool_seeds([m.correct_YxJ for m in primary])
+  pooled = rules.pool([m.correct_YxJ for m in primary])
   fields: dict = dict(analysis=stats.analyze(pooled, offsets, sizes, **kw), slot_gain=None,
                       slot_gain_init=None, split_labels=None, heldout=_mean_heldout(runs),
                       images={},
@@ -74,12 +80,14 @@ def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
     depths = needle_depths(first, loaded)
     rows = all_depth_rows(loaded, depths)
     if rows is not None:
-      fields["all_depths"] = stats.analyze(pool_seeds(rows), offsets, sizes, **kw).nested()
+      fields["all_depths"] = stats.analyze(rules.pool(rows), offsets, sizes, **kw).nested()
     near = max(depths, key=lambda d: _depth(first, d))
-    fields["near_accuracy"] = float(pool_seeds([m[near].correct_YxJ for m in loaded]).mean())
+    fields["near_accuracy"] = float(rules.pool([m[near].correct_YxJ for m in loaded]).mean())
     if first.chunk_phase is not None and all(m.phases_YxJ is not None for m in primary):
+      # Each answer has its own phase inside its chunk: the rows stay one per answer.
       phases = np.concatenate([m.phases_YxJ for m in primary])
-      fields["chunk_phase"] = stats.analyze(pooled, offsets, sizes, phases=phases, **kw).phase
+      stacked = pool_seeds([m.correct_YxJ for m in primary])
+      fields["chunk_phase"] = stats.analyze(stacked, offsets, sizes, phases=phases, **kw).phase
   setup = dataclasses.replace(first.setup, name=pooled_name(first.setup.variant, len(runs)))
   return dataclasses.replace(first, setup=setup, **fields)
 
@@ -126,8 +134,8 @@ def _depth(record: VariantRecord, matrix_name: str) -> float:
 
 
 def pooled_records(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
-                   num_resamples: int = 2000, num_permutations: int = 2000
-                   ) -> dict[str, VariantRecord]:
+                   num_resamples: int = 2000, num_permutations: int = 2000,
+                   rules: claim_rules.Rules | None = None) -> dict[str, VariantRecord]:
   """variant -> its seed-pooled record (module docstring); variants without one are absent."""
   out = {}
   for variant, runs in by_variant(records).items():
@@ -135,7 +143,7 @@ def pooled_records(records: Sequence[VariantRecord], load: Loader | None, *, see
       out[variant] = runs[0]
     elif load is not None:
       pooled = pool(runs, load, seed=seed, num_resamples=num_resamples,
-                    num_permutations=num_permutations)
+                    num_permutations=num_permutations, rules=rules)
       if pooled is not None:
         out[variant] = pooled
   return out

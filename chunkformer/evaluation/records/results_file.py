@@ -4,7 +4,9 @@ Schema versions: 1 (the first sweeps) has no ``schema_version``, ``claims`` or p
 ``analysis_seed``; 2 adds them; 3 adds per variant ``probes`` (the results of the registry
 probes the sweep enabled, each under its name; absent when none was). ``from_json`` reads all
 three (a version-1 file has no claims: ``claims`` is empty, recompute them with
-``claims.judge``); ``to_json`` writes version 3.
+``claims.judge``); ``to_json`` writes version 3. A sweep judged under older claim rules than
+the current ones (``settings.rules``, ``claims.rules``) also stores every claim under the
+current rules (``current_rules``: the version and the claims); absent otherwise.
 """
 
 from __future__ import annotations
@@ -38,15 +40,21 @@ class SweepResults:
   report: str
   variants: tuple[VariantRecord, ...]
   claims: tuple[Claim, ...] = ()
+  current_rules: str = ""  # the current claim-rules version when ``current_claims`` are set
+  current_claims: tuple[Claim, ...] = ()  # every claim under the current rules (or none)
 
   def to_json(self) -> dict[str, Any]:
-    return {
+    out = {
         "schema_version": SCHEMA_VERSION, "sweep": self.sweep, "command": self.command,
         "date": self.date, "seed": self.seed, "wall_time_s": self.wall_time_s,
         "settings": _plain(self.settings), "num_offsets": self.num_offsets,
         "window_align": self.window_align, "chunk_sizes_in_play": list(self.chunk_sizes_in_play),
         "verdicts": list(self.verdicts), "claims": [c.to_json() for c in self.claims],
         "report": self.report, "variants": [v.to_json() for v in self.variants]}
+    if self.current_claims:
+      out["current_rules"] = {"version": self.current_rules,
+                              "claims": [c.to_json() for c in self.current_claims]}
+    return out
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> SweepResults:
@@ -62,7 +70,10 @@ class SweepResults:
         chunk_sizes_in_play=tuple(int(m) for m in data["chunk_sizes_in_play"]),
         verdicts=tuple(data["verdicts"]), report=str(data["report"]),
         variants=tuple(VariantRecord.from_json(v) for v in data["variants"]),
-        claims=tuple(Claim.from_json(c) for c in data.get("claims", ())))
+        claims=tuple(Claim.from_json(c) for c in data.get("claims", ())),
+        current_rules=str((data.get("current_rules") or {}).get("version", "")),
+        current_claims=tuple(Claim.from_json(c) for c in
+                             (data.get("current_rules") or {}).get("claims", ())))
 
 
 def _plain(value: Any) -> Any:

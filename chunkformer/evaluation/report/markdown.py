@@ -16,6 +16,7 @@ module, decides what the numbers support.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 
@@ -123,6 +124,43 @@ def claims_table(claims: Sequence[Claim]) -> str:
   return "\n".join(lines)
 
 
+@dataclasses.dataclass(frozen=True)
+class RulesChange:
+  """The claim rules that decide a sweep's verdicts, when they are older than the current
+  ones: their versions, the current rules' verdicts, and what changed and why."""
+
+  deciding: str  # version that decides (the sweep's own)
+  deciding_written: str
+  current: str
+  current_written: str
+  changes: Sequence[tuple[str, str]]  # (what changed, why)
+  current_claims: Sequence[Claim]
+
+
+def rules_section(change: RulesChange, claims: Sequence[Claim]) -> list[str]:
+  """Each claim's verdict under the sweep's own rules and under the current ones, the changes
+  and why, and the current rules' reason for every claim whose verdict differs."""
+  now = {c.id: c for c in change.current_claims}
+  lines = [f"### Verdicts under the current claim rules (version {change.current}, "
+           f"{change.current_written})", "",
+           f"The verdicts above are decided by the rules these results were judged under "
+           f"(version {change.deciding}, {change.deciding_written}). The rules changed after "
+           f"these results were seen; under the current rules:", "",
+           f"| claim | version {change.deciding} | version {change.current} | "
+           "seeds agreeing |", "|:--|:--|:--|--:|"]
+  for c in claims:
+    other = now.get(c.id)
+    lines.append(f"| {c.id} | {c.verdict} | {other.verdict if other else '-'} | "
+                 f"{other.seeds_agreeing if other else '-'} |")
+  lines += ["", "What changed, and why:", ""]
+  lines += [f"- {what}: {why}." for what, why in change.changes]
+  differing = [now[c.id] for c in claims if c.id in now and now[c.id].verdict != c.verdict]
+  if differing:
+    lines += ["", "Where the verdict differs, the current rules' reason:", ""]
+    lines += [f"- {c.id} {c.verdict} ({c.seeds_agreeing}): {c.reason}" for c in differing]
+  return lines
+
+
 def _relative(path: str, directory: str) -> str:
   return os.path.relpath(os.path.abspath(path), os.path.abspath(directory or ".")).replace(
       os.sep, "/")
@@ -131,7 +169,8 @@ def _relative(path: str, directory: str) -> str:
 def render_report(records: Sequence[VariantRecord], *, title: str,
                   verdicts: Sequence[str] = (), intro: str = "",
                   images: Mapping[str, str] | None = None, directory: str = ".",
-                  claims: Sequence[Claim] = (), summary: Sequence[str] = ()) -> str:
+                  claims: Sequence[Claim] = (), summary: Sequence[str] = (),
+                  rules: RulesChange | None = None) -> str:
   """The report as markdown text; image paths are made relative to ``directory``.
 
   Args:
@@ -143,12 +182,15 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     claims: the claim table (``claims.judge``), the summary's first part.
     summary: markdown lines the summary shows after the claims (the plan, the paper-style
       table and its comparison lines, ``paper_table``).
+    rules: the claims under the current rules, when older rules decide (``rules_section``).
   """
   # A summary a reader can stop after (the claims, the table, the main figure); the settings,
   # the verdict lines and the per-variant detail follow it.
   lines = [f"# {title}", "", "## Summary", ""]
   if claims:
     lines += [claims_table(claims), ""]
+  if claims and rules is not None:
+    lines += [*rules_section(rules, claims), ""]
   if summary:
     lines += [*summary, ""]
   lines += [comparison_table(records), "",

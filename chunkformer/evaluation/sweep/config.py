@@ -34,6 +34,7 @@ from chunkformer import attention
 from chunkformer import config as config_lib
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import Config, ConfigError, ModelConfig
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.probes import instruments, needle_sweep, prefix_probe
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes import trained as trained_lib
@@ -65,6 +66,10 @@ class SweepSettings:
   # repository): its sha256 and commit are recorded when a unit trains, and the judge flags
   # units trained under another plan or none (docs/claims.md). "" = no plan.
   plan: str = ""
+  # The version of the claim rules that decides this sweep's verdicts (``claims.rules``): the
+  # current one when the sweep is first judged; a sweep judged again keeps the version it
+  # stored, and the report shows the current rules' verdicts beside.
+  rules: str = claim_rules.CURRENT
 
   def to_json(self) -> dict[str, Any]:
     """The settings as results.json stores them (without ``plan`` when there is none, as
@@ -229,6 +234,9 @@ def settings_from(config: ml_collections.ConfigDict) -> SweepSettings:
       raise ConfigError(f"config field 'sweep.{key}': must be >= 1, got {getattr(settings, key)}")
   if settings.seed < 0:
     raise ConfigError(f"config field 'sweep.seed': must be >= 0, got {settings.seed}")
+  if settings.rules not in claim_rules.RULES:
+    raise ConfigError(f"config field 'sweep.rules': unknown claim-rules version "
+                      f"{settings.rules!r}; known: {', '.join(sorted(claim_rules.RULES))}")
   if settings.plan and plan_path(settings.plan) is None:
     raise ConfigError(f"config field 'sweep.plan': no plan file {settings.plan!r} (looked in "
                       f"{os.getcwd()} and {REPO_ROOT})")

@@ -24,6 +24,7 @@ from chunkformer import provenance
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.evaluation.claims import judging
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
@@ -93,10 +94,11 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
   # the stored slot gains (C6) and loss rows.
   plan = (provenance.file_state(sweep_config.plan_path(s.plan)) if s.plan and
           sweep_config.plan_path(s.plan) else None)
+  settings = _settings(sweep, original, workdir)
   judged = judging.judge(records, correctness.loader(workdir),
-                           loss_rows=loss_rows.loader(workdir), seed=s.seed,
-                           num_resamples=s.num_resamples, num_permutations=s.num_permutations,
-                           plan=plan)
+                         loss_rows=loss_rows.loader(workdir), seed=s.seed,
+                         num_resamples=s.num_resamples, num_permutations=s.num_permutations,
+                         plan=plan, rules=claim_rules.of_settings(settings).version)
   lines, claims = list(judged.verdicts), list(judged.claims)
   reference = s.reference_chunk_size
   views = study_sections.views(records, claims, judged.tables, plots_dir, workdir)
@@ -117,17 +119,19 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
     date, wall = original.date, original.wall_time_s
   results = results_file.SweepResults(
       sweep=s.name, command=command, date=date, seed=s.seed, wall_time_s=wall,
-      settings=_settings(sweep, original), num_offsets=sweep.num_offsets, window_align=sweep.align,
+      settings=settings, num_offsets=sweep.num_offsets, window_align=sweep.align,
       chunk_sizes_in_play=tuple(sweep.chunk_sizes), verdicts=tuple(lines), report=REPORT_FILE,
       variants=tuple(dataclasses.replace(r, images=relative_images(r.images, workdir))
                      for r in records),
-      claims=tuple(claims))
+      claims=tuple(claims), current_rules=claim_rules.CURRENT if judged.current else "",
+      current_claims=judged.current)
   os.makedirs(workdir, exist_ok=True)
   results_path = results_file.write(os.path.join(workdir, RESULTS_FILE), results)
   report_path = os.path.join(workdir, REPORT_FILE)
   text = markdown.render_report(records, title=f"Periodicity sweep: {s.name}", verdicts=lines,
                               intro=_intro(sweep, command, date, wall) + intro_note,
                               images=overview, directory=workdir, claims=claims,
+                              rules=_rules_change(judged),
                               summary=_summary(s, plan, views))
   studies = "".join(hooks.sections(views[study]) for study, hooks in study_sections.HOOKS.items()
                     if hooks.sections)
@@ -156,18 +160,40 @@ def _summary(settings: sweep_config.SweepSettings, plan: Mapping[str, Any] | Non
   return lines
 
 
-def _settings(sweep: sweep_config.Sweep,
-              original: results_file.SweepResults | None) -> dict[str, Any]:
+def _rules_change(judged: judging.Judged) -> markdown.RulesChange | None:
+  """What the report says about the claim rules when older ones decide (else None)."""
+  if not judged.current:
+    return None
+  now = claim_rules.get(claim_rules.CURRENT)
+  return markdown.RulesChange(
+      judged.rules.version, judged.rules.written, now.version, now.written,
+      claim_rules.changes_since(judged.rules.version), judged.current)
+
+
+def _settings(sweep: sweep_config.Sweep, original: results_file.SweepResults | None,
+              workdir: str) -> dict[str, Any]:
   """The sweep's settings; a sweep judged again keeps those it stored where they are the same
-  settings (older files write the built-in probes as flat fields)."""
+  settings (older files write the built-in probes as flat fields). The claim rules are those
+  the directory's results.json first recorded (none recorded: version 1, ``claims.rules``),
+  so units added to a judged sweep, or a rejudge, leave its verdicts decided by the rules its
+  first results were judged under; a new directory takes the config's (the current ones)."""
   settings = sweep.settings.to_json()
+  path = os.path.join(workdir, RESULTS_FILE)
+  if original is None and os.path.exists(path):
+    original = results_file.load(path)
   if original is None:
     return settings
+  stored = dict(original.settings)
   try:
-    same = probe_settings.comparable(original.settings) == probe_settings.comparable(settings)
+    same = (probe_settings.comparable(_without_rules(stored))
+            == probe_settings.comparable(_without_rules(settings)))
   except ConfigError:  # stored by code with other probes
     same = False
-  return dict(original.settings) if same else settings
+  return stored if same else dict(settings, rules=claim_rules.of_settings(stored).version)
+
+
+def _without_rules(settings: Mapping[str, Any]) -> dict[str, Any]:
+  return {k: v for k, v in settings.items() if k != "rules"}
 
 
 def relative_images(images: Mapping[str, str], workdir: str) -> dict[str, str]:

@@ -221,8 +221,8 @@ def _record_settings(settings: Mapping) -> dict:
     comparable = probe_settings.comparable(settings)
   except ConfigError:  # stored by code with other probes: compared as written, so stale
     comparable = json.loads(json.dumps(dict(settings)))
-  # The variant order changes no record; the plan is judged, not measured.
-  return {k: v for k, v in comparable.items() if k not in ("order", "plan")}
+  # The variant order changes no record; the plan and the claim rules are judged, not measured.
+  return {k: v for k, v in comparable.items() if k not in ("order", "plan", "rules")}
 
 
 def merged_entries(workdir: str) -> dict[str, dict]:

@@ -10,6 +10,7 @@ run them under eviction); this study registers them with its mechanism probes, i
 
 import functools
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims.registry import Judging
 from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.report.sections import ReportHooks
@@ -30,11 +31,26 @@ def _claim(function):
                             flags=e.plan_flags)
 
 
-def _with_effect_size(function):
-  """A period claim (C10-C12) decided by the plan, its verdict under the effect-size rules
-  beside (``claims.effect_size``)."""
-  decide = _claim(function)
-  return lambda e: effect_size.beside(decide(e), e.records, e.prepared.get(effect_size.STUDY))
+def _period(claim_id: str, function):
+  """A period claim (C10-C12): under the current claim rules decided by effect size
+  (``claims.effect_size``), under version 1 by the plan's lack-of-fit test."""
+  by_plan = _claim(function)
+
+  def decide(e):
+    if e.rules.period != claim_rules.EFFECT_SIZE:
+      return by_plan(e)
+    return effect_size.decided(claim_id, paper_claims.STATEMENTS[claim_id], e.records,
+                               e.prepared.get(effect_size.STUDY), e.plan_flags)
+  return decide
+
+
+def _c13(e):
+  """C13, its full-attention reference gated as the claim rules say: the 20% lookup gate
+  (version 1), or the reference row judged flat by effect size (current: its power gate)."""
+  reference = None
+  if e.rules.period == claim_rules.EFFECT_SIZE:
+    reference = effect_size.flat_reference(e.prepared.get(effect_size.STUDY))
+  return paper_claims.c13(e.records, flags=e.plan_flags, reference_gate=reference)
 
 
 _VOCABULARY_CHECKED = ("lookup", "long_needle", "gate_cycling", "head_knockout")
@@ -51,10 +67,10 @@ STUDY = Study(
     option_checks={name: functools.partial(lookup.check_vocabulary, f"sweep.probes.{name}")
                    for name in _VOCABULARY_CHECKED},
     claims={
-        "C10": _with_effect_size(paper_claims.c10),  # lookup period = S for S in 4, 6, 8, 12
-        "C11": _with_effect_size(paper_claims.c11),  # full attention flat on the lookup test
-        "C12": _with_effect_size(paper_claims.c12),  # no RoPE and uniform averaging stay periodic
-        "C13": _claim(paper_claims.c13),  # mean accuracy hides the effect
+        "C10": _period("C10", paper_claims.c10),  # lookup period = S for S in 4, 6, 8, 12
+        "C11": _period("C11", paper_claims.c11),  # full attention flat on the lookup test
+        "C12": _period("C12", paper_claims.c12),  # no RoPE and uniform averaging stay periodic
+        "C13": _c13,  # mean accuracy hides the effect
         "C14": _claim(mechanism_claims.c14),  # knockouts: phase-specialised heads, not in full
         "C15": _claim(mechanism_claims.c15),  # concentrated gates line up with knockout phases
         "C16": _claim(mechanism_claims.c16),  # cycling moves the weak phases, boundary stays

@@ -13,9 +13,9 @@ The claims, numbered C1-C9 as in docs/claims.md (docs/design.md sections 1 and 3
 undecided, e.g. the task not learned), and again for each variant's seed-pooled record
 (``pooling``: its seeds' haystacks stacked). ``from_judgments`` applies the one seed rule
 (``stats.seed_rule``) per variant: REPRODUCED when the claim holds in at least
-min(2, n) of its n seeds AND in the seed-pooled test, NOT REPRODUCED when it fails in enough
-seeds AND in the pooled test, else INCONCLUSIVE with the reason (a variant with one seed is its
-own pooled test). Over the variants a claim rests on: the common verdict of the variants that
+``rules.min_agree(n)`` of its n seeds (the current rules: 2, never one; version 1: min(2, n))
+AND in the seed-pooled test, NOT REPRODUCED when it fails in enough seeds AND in the pooled
+test, else INCONCLUSIVE with the reason (a variant with one seed is its own pooled test). Over the variants a claim rests on: the common verdict of the variants that
 decide it (the undecided ones named in the reason), INCONCLUSIVE when they disagree or none
 decides, and INCONCLUSIVE with the reason when the sweep has no data for it (never "NOT
 TESTED").
@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.stats.seed_rule import (
   INCONCLUSIVE,
@@ -82,22 +83,25 @@ def _key(judgment, used: set[str]) -> str:
   return key
 
 
-def _variant_rule(mine: Sequence[Any], pooled: Sequence[Any] | None) -> SeedAgreement:
+def _variant_rule(mine: Sequence[Any], pooled: Sequence[Any] | None,
+                  rules: claim_rules.Rules) -> SeedAgreement:
   """The seed rule for one variant's judgments of one claim and its pooled judgments."""
   per_seed: dict[int, list] = {}
   for j in mine:
     per_seed.setdefault(j.records[0].setup.seed, []).append(j)
   holds = [_fold(js) for _, js in sorted(per_seed.items())]
   if pooled is None:  # several seeds without correctness matrices: no pooled test exists
-    rule = seed_agreement(holds, None, min_agree=min(2, len(holds)))
+    rule = seed_agreement(holds, None, min_agree=rules.min_agree(len(holds)))
     return dataclasses.replace(rule, reason="no seed-pooled test (correctness matrices not "
                                "stored)")
-  return seed_agreement(holds, _fold(pooled), min_agree=min(2, len(holds)))
+  return seed_agreement(holds, _fold(pooled), min_agree=rules.min_agree(len(holds)))
 
 
 def from_judgments(claim_id: str, judgments: Sequence[Any],
-                   pooled: Sequence[Any] | None = None) -> Claim:
-  """One claim (``claim_id``) from ``judgments.judge``'s judgments (module docstring).
+                   pooled: Sequence[Any] | None = None,
+                   rules: claim_rules.Rules | None = None) -> Claim:
+  """One claim (``claim_id``) from ``judgments.judge``'s judgments (module docstring), under
+  ``rules`` (default: the current claim rules).
 
   Args:
     judgments: ``judgments.Judgment``s of the trained models (line, claim, holds, records,
@@ -105,6 +109,7 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
     pooled: the judgments of the variants' seed-pooled records (``pooling``); a variant
       with several seeds and no pooled judgment of the claim has no pooled test.
   """
+  rules = rules or claim_rules.get(claim_rules.CURRENT)
   pooled = list(pooled or ())
   pooled_variants = {_variant(j) for j in pooled if j.records}
   mine = [j for j in judgments if j.claim == claim_id and j.records]
@@ -117,20 +122,20 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
     by_variant.setdefault(_variant(j), []).append(j)
   multi_seed = {v for v, js in by_variant.items()
                 if len({j.records[0].setup.seed for j in js}) > 1}
-  rules = {}
+  seed_rules = {}
   for variant, js in by_variant.items():
     theirs = [p for p in pooled if p.claim == claim_id and p.records and _variant(p) == variant]
     if not theirs and variant not in multi_seed:
       theirs = js  # one seed: its own test is the pooled test
     elif not theirs and variant not in pooled_variants:
       theirs = None  # several seeds without a pooled record: no pooled test exists
-    rules[variant] = _variant_rule(js, theirs)
-  verdict, note = common_verdict({v: r.verdict for v, r in rules.items()}, "variants")
+    seed_rules[variant] = _variant_rule(js, theirs, rules)
+  verdict, note = common_verdict({v: r.verdict for v, r in seed_rules.items()}, "variants")
   if verdict == INCONCLUSIVE:  # no verdict to agree with: the seeds in which it holds
-    agreeing = (f"{sum(r.holds for r in rules.values())}/"
-                f"{sum(r.seeds for r in rules.values())}")
+    agreeing = (f"{sum(r.holds for r in seed_rules.values())}/"
+                f"{sum(r.seeds for r in seed_rules.values())}")
   else:
-    counted = [r for r in rules.values() if r.verdict == verdict]
+    counted = [r for r in seed_rules.values() if r.verdict == verdict]
     agree = sum(r.agreeing_seeds for r in counted)
     agreeing = f"{agree}/{sum(r.seeds for r in counted)}"
   used: set[str] = set()
@@ -138,8 +143,8 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
   for p in pooled:
     if p.claim == claim_id and p.records and _variant(p) in multi_seed:
       numbers[_key(p, used)] = dict(p.numbers, holds=p.holds)
-  numbers["seed_rule"] = {v: r.record() for v, r in sorted(rules.items())}
-  per_variant = "; ".join(_variant_summary(v, r) for v, r in sorted(rules.items()))
+  numbers["seed_rule"] = {v: r.record() for v, r in sorted(seed_rules.items())}
+  per_variant = "; ".join(_variant_summary(v, r) for v, r in sorted(seed_rules.items()))
   reasons = sorted({f"{j.records[0].name}: {j.reason}" for j in mine if j.reason})
   needles = sorted({(j.records[0].setup.key_len, j.records[0].setup.value_len)
                     for j in mine})
@@ -150,7 +155,7 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
 
 def _variant_summary(variant: str, rule: SeedAgreement) -> str:
   if rule.seeds == 1:  # its own test is the pooled test; the judgment's reason follows
-    return f"{variant}: {rule.verdict} (1 seed)"
+    return f"{variant}: {rule.verdict} (1 seed" + (f": {rule.reason})" if rule.reason else ")")
   pooled = ("undecided" if rule.pooled_holds is None else
             "holds" if rule.pooled_holds else "fails")
   return (f"{variant}: {rule.verdict}, holds in {rule.count} seeds, seed-pooled test "

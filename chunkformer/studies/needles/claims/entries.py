@@ -47,7 +47,7 @@ def prepare(e: Evidence) -> NeedleEvidence:
   records = [r for r in e.records if r.primary_probe != LOOKUP]
   pooled = {name: r for name, r in e.pooled.items() if r.primary_probe != LOOKUP}
   adjusted = multiplicity.adjusted_tests(records, pooled, e.matrices, seed=e.seed,
-                                         num_permutations=e.num_permutations)
+                                         num_permutations=e.num_permutations, rules=e.rules)
   pooled_judgments = (tuple(judgments.judge(list(pooled.values()), adjusted)) if pooled
                       else None)
   return NeedleEvidence(tuple(records), pooled, tuple(judgments.judge(records, adjusted)),
@@ -82,7 +82,8 @@ def _flagged(decide: ClaimFunction) -> ClaimFunction:
 
 def _from_judgments(claim_id: str) -> ClaimFunction:
   """The claim decided by the verdict lines' judgments and the seed rule."""
-  return lambda e: combine.from_judgments(claim_id, of(e).judgments, of(e).pooled_judgments)
+  return lambda e: combine.from_judgments(claim_id, of(e).judgments, of(e).pooled_judgments,
+                                          e.rules)
 
 
 def _by_haystack(found: Sequence[judgments.Judgment] | None):
@@ -97,11 +98,11 @@ def _cure(claim_id: str) -> ClaimFunction:
   """A cure claim by the seed rule, with its verdict under the haystack-level test beside."""
   def decide(e: Evidence) -> Claim:
     n = of(e)
-    claim = combine.from_judgments(claim_id, n.judgments, n.pooled_judgments)
+    claim = combine.from_judgments(claim_id, n.judgments, n.pooled_judgments, e.rules)
     if not any("holds_haystack" in j.numbers for j in n.judgments if j.claim == claim_id):
       return claim
     other = combine.from_judgments(claim_id, _by_haystack(n.judgments),
-                                   _by_haystack(n.pooled_judgments))
+                                   _by_haystack(n.pooled_judgments), e.rules)
     note = (f"under the haystack-level test (phase labels shuffled within each haystack; "
             f"reported beside, the offset-level test decides): {other.verdict}, "
             f"{other.seeds_agreeing} seeds")
@@ -114,14 +115,16 @@ def _cure(claim_id: str) -> ClaimFunction:
 def _step_size(e: Evidence) -> Claim:
   """C5 from the paired gap difference of the stored matrices, else from the judgments."""
   n = of(e)
-  return (step_size.c5_claim(n.records, e.matrices, seed=e.seed, num_resamples=e.num_resamples)
-          or combine.from_judgments("C5", n.judgments, n.pooled_judgments))
+  return (step_size.c5_claim(n.records, e.matrices, seed=e.seed, num_resamples=e.num_resamples,
+                             rules=e.rules)
+          or combine.from_judgments("C5", n.judgments, n.pooled_judgments, e.rules))
 
 
 def _slot_preference(e: Evidence) -> Claim:
   """C6 from the slot-gain null, else INCONCLUSIVE with the measured spreads."""
   n = of(e)
-  return (slot_preference.c6_claim(n.records, seed=e.seed, num_permutations=e.num_permutations)
+  return (slot_preference.c6_claim(n.records, seed=e.seed, num_permutations=e.num_permutations,
+                                   rules=e.rules)
           or slot_preference.slot_gain_claim(n.records))
 
 

@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import seed_pooling
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.holm import holm
-from chunkformer.evaluation.stats.seed_rule import pool_seeds
 from chunkformer.studies.needles.claims import judgments
 from chunkformer.studies.needles.stats.haystack_test import haystack_phase_test
 
@@ -45,8 +45,10 @@ def holm_families(pooled: Mapping[str, VariantRecord]
 
 
 def _haystack(runs: Sequence[VariantRecord], load: correctness.Loader, *, seed: int,
-              num_permutations: int) -> tuple[float | None, float | None]:
-  """The haystack-level p-values (far, all depths) of the runs' rows stacked."""
+              num_permutations: int, rules: claim_rules.Rules
+              ) -> tuple[float | None, float | None]:
+  """The haystack-level p-values (far, all depths) of the runs' rows pooled as the claim
+  rules say (the current ones: each haystack's outcome averaged over the seeds)."""
   loaded = [load(r.name) for r in runs]
   name = runs[0].primary_matrix_name
   if name is None or any(m is None or name not in m for m in loaded):
@@ -56,17 +58,19 @@ def _haystack(runs: Sequence[VariantRecord], load: correctness.Loader, *, seed: 
     return None, None
   offsets, size = far[0].offsets_J, runs[0].chunk_size
   kw = dict(num_permutations=num_permutations, seed=seed)
-  p_far = haystack_phase_test(pool_seeds([m.correct_YxJ for m in far]), offsets, size, **kw)
+  p_far = haystack_phase_test(rules.pool([m.correct_YxJ for m in far]), offsets, size, **kw)
   rows = seed_pooling.all_depth_rows(loaded, seed_pooling.needle_depths(runs[0], loaded))
-  p_all = None if rows is None else haystack_phase_test(pool_seeds(rows), offsets, size, **kw)
+  p_all = None if rows is None else haystack_phase_test(rules.pool(rows), offsets, size, **kw)
   return p_far, p_all
 
 
 def adjusted_tests(records: Sequence[VariantRecord], pooled: Mapping[str, VariantRecord],
                    load: correctness.Loader | None, *, seed: int = 0,
-                   num_permutations: int = 2000) -> dict[str, judgments.Adjusted]:
+                   num_permutations: int = 2000, rules: claim_rules.Rules | None = None
+                   ) -> dict[str, judgments.Adjusted]:
   """record name -> ``judgments.Adjusted`` (module docstring), for the records and their
   seed-pooled records."""
+  rules = rules or claim_rules.get(claim_rules.CURRENT)
   holm_of: dict[tuple[str, str], tuple[float, int]] = {}
   for family in holm_families(pooled).values():
     for (name, which, _), q in zip(family, holm([p for *_, p in family]), strict=True):
@@ -76,11 +80,12 @@ def adjusted_tests(records: Sequence[VariantRecord], pooled: Mapping[str, Varian
     groups = seed_pooling.by_variant(records)
     for r in records:
       if judgments.is_cure(r) and r.primary_probe == "needle":
-        haystack[r.name] = _haystack([r], load, seed=seed, num_permutations=num_permutations)
+        haystack[r.name] = _haystack([r], load, seed=seed, num_permutations=num_permutations,
+                                    rules=rules)
     for variant, p in pooled.items():
       if judgments.is_cure(p) and p.name not in haystack:
         haystack[p.name] = _haystack(groups[variant], load, seed=seed,
-                                     num_permutations=num_permutations)
+                                     num_permutations=num_permutations, rules=rules)
   out = {}
   for name in {n for n, _ in holm_of} | set(haystack):
     far, every = holm_of.get((name, "far")), holm_of.get((name, "all_depths"))

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats import slot_null
@@ -61,8 +62,10 @@ def _site_numbers(null: Mapping[str, Any], has_init: bool) -> dict[str, Any]:
 
 
 def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
-             num_permutations: int = 2000) -> Claim | None:
+             num_permutations: int = 2000, rules: claim_rules.Rules | None = None
+             ) -> Claim | None:
   """C6 from the slot-gain null per site (module docstring); None without realised gains."""
+  rules = rules or claim_rules.get(claim_rules.CURRENT)
   by_variant: dict[str, list[VariantRecord]] = {}
   for r in records:
     if judgments.is_plain_fixed(r) and r.slot_gain:
@@ -80,7 +83,7 @@ def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
       has_init = init is not None and site in init and init[site].shape == weights.shape
       null = slot_null.slot_gain_null(weights, init[site] if has_init else None,
                                       num_permutations=num_permutations, alpha=alpha,
-                                      seed=seed, min_agree=min(2, len(runs)))
+                                      seed=seed, min_agree=rules.min_agree(len(runs)))
       sites[site] = _site_numbers(null, has_init)
     found = [s["verdict"] for s in sites.values()]
     if init is None:

@@ -13,6 +13,13 @@ was trained at several budgets, the longest decides (the question is whether the
 outlasts training) and the others are reported. Several needle lengths: their common verdict
 where the decided ones agree, else INCONCLUSIVE. Without paired matrices ``c5_claim`` gives
 None and the judgment-based claim stands (``registry``).
+
+Under the current claim rules (``claims.rules``, version 2) a block also follows the one seed
+rule: each seed's own paired difference interval is its outcome (below 0 holds, above 0 fails,
+else undecided), and the block is REPRODUCED only when two seeds hold and the seeds' interval
+does (``stats.seed_rule``); the seeds agreeing are counted over the blocks that decide only.
+Under version 1 the seeds' interval alone decided a block and every deciding block's seeds
+were counted.
 """
 
 from __future__ import annotations
@@ -22,10 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from chunkformer.evaluation.stats.seed_rule import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    seed_agreement,
+)
 from chunkformer.studies.needles.claims import combine, judgments
 from chunkformer.studies.needles.stats import paired_gap
 
@@ -35,8 +48,13 @@ ONE_TOKEN_REASON = ("with 1-token keys and values a split is total at every M (k
                     "split phases (1/M) does")
 
 
+def _interval_verdict(d) -> str:
+  return REPRODUCED if d.high < 0 else NOT_REPRODUCED if d.low > 0 else INCONCLUSIVE
+
+
 def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader, *,
-              seed: int, num_resamples: int, confidence: float = 0.95) -> dict[str, Any] | None:
+              seed: int, num_resamples: int, confidence: float = 0.95,
+              rules: claim_rules.Rules | None = None) -> dict[str, Any] | None:
   """The paired gap difference of one needle length over the seeds with both matrices."""
   a_rows, b_rows, seeds, offsets, unlearned = [], [], [], None, []
   for a, b in pairs:
@@ -64,11 +82,22 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
   per_seed = [paired_gap.gap_difference(x, phases_a, y, phases_b, num_resamples=1,
                                         seed=seed).difference.mean
               for x, y in zip(a_rows, b_rows, strict=True)]
-  d = result.difference
-  verdict = REPRODUCED if d.high < 0 else NOT_REPRODUCED if d.low > 0 else INCONCLUSIVE
+  verdict = _interval_verdict(result.difference)
+  extra: dict[str, Any] = {}
+  rules = rules or claim_rules.get(claim_rules.CURRENT)
+  if not rules.one_seed_decides:  # the one seed rule: each seed's own interval is its outcome
+    own = [_interval_verdict(paired_gap.gap_difference(
+        x[None], phases_a, y[None], phases_b, num_resamples=num_resamples,
+        confidence=confidence, seed=seed).difference)
+           for x, y in zip(a_rows, b_rows, strict=True)]
+    holds = {REPRODUCED: True, NOT_REPRODUCED: False}
+    agreement = seed_agreement([holds.get(v) for v in own], holds.get(verdict),
+                               min_agree=rules.min_agree(len(own)))
+    verdict = agreement.verdict
+    extra = {"per_seed_verdict": own, "seed_rule": agreement.record()}
   if unlearned:  # a model that barely answers has a small gap whatever its chunking
     verdict = INCONCLUSIVE
-  return {**paired_gap.gap_difference_record(result), "verdict": verdict,
+  return {**paired_gap.gap_difference_record(result), **extra, "verdict": verdict,
           "not_learned": unlearned,
           "seeds": [s for s, _, _ in seeds], "units_m2": [u for _, u, _ in seeds],
           "units_m4": [u for _, _, u in seeds], "per_seed_difference": per_seed}
@@ -100,8 +129,10 @@ def c5_group_name(key_len: int, value_len: int, steps: int) -> str:
 
 
 def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
-             num_resamples: int = 2000) -> Claim | None:
+             num_resamples: int = 2000, rules: claim_rules.Rules | None = None
+             ) -> Claim | None:
   """C5 from the paired gap difference (module docstring); None without paired matrices."""
+  rules = rules or claim_rules.get(claim_rules.CURRENT)
   if load is None:
     return None
   plain = [r for r in records if judgments.is_plain_fixed(r) and r.setup.task == "kv"]
@@ -114,7 +145,8 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
     if 2 not in by_m or 4 not in by_m:
       continue
     pairs = [(by_m[2][s], by_m[4][s]) for s in sorted(set(by_m[2]) & set(by_m[4]))]
-    group = _c5_group(pairs, load, seed=seed, num_resamples=num_resamples) if pairs else None
+    group = (_c5_group(pairs, load, seed=seed, num_resamples=num_resamples, rules=rules)
+             if pairs else None)
     if group is not None:
       name = c5_group_name(key_len, value_len, steps)
       numbers[name] = dict(group, key_len=key_len, value_len=value_len, steps=steps)
@@ -133,7 +165,7 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
                 for h in numbers.values())
     if looks > 1:
       again = _c5_group(paired[name], load, seed=seed, num_resamples=num_resamples,
-                        confidence=1 - 0.05 / looks)
+                        confidence=1 - 0.05 / looks, rules=rules)
       g.update(looks=looks, bonferroni_low=again["difference_low"],
                bonferroni_high=again["difference_high"],
                same_sign_at_every_look=len({np.sign(h["difference"]) for h in numbers.values()
@@ -141,7 +173,9 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
                                             == (g["key_len"], g["value_len"])}) == 1)
   verdict, note = combine.common_verdict({k: g["verdict"] for k, g in deciding.items()},
                                             "needle lengths")
-  differences = [d for g in deciding.values() for d in g["per_seed_difference"]]
+  counted = {k: g for k, g in deciding.items()
+             if not rules.decided_blocks_only or g["verdict"] != INCONCLUSIVE}
+  differences = [d for g in counted.values() for d in g["per_seed_difference"]]
   agree = (sum(d > 0 for d in differences) if verdict == NOT_REPRODUCED
            else sum(d < 0 for d in differences))
   parts = [_how_decided(numbers, deciding)]
@@ -152,6 +186,11 @@ def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int
             f"{g['difference']:.3f} [{g['difference_low']:.3f}, {g['difference_high']:.3f}] "
             f"(paired bootstrap over {g['num_haystacks']} haystacks x {g['num_seeds']} "
             f"seed(s); gaps {g['gap_a']:.3f} vs {g['gap_b']:.3f}): {g['verdict']}")
+    if "seed_rule" in g:
+      r = g["seed_rule"]
+      text += (f" (seed rule: each seed's own interval below 0 in {r['holds']}/{r['seeds']}, "
+               f"above in {r['fails']}/{r['seeds']}; need {r['min_agree']}"
+               + (f"; {r['reason']}" if r["reason"] else "") + ")")
     if g["not_learned"]:
       text += (f" (below the {judgments.LEARNED_ACCURACY} learned gate: "
                f"{', '.join(g['not_learned'])}; a model that barely answers has a small gap "

@@ -1,9 +1,9 @@
-"""C10-C12 under the period decision by effect size (``stats.period_effect``), reported beside
-each claim's verdict under the plan its units trained under.
+"""C10-C12 under the period decision by effect size (``stats.period_effect``): how they are
+decided under the current claim rules (``claims.rules``, version 2).
 
-The plan (``results/<sweep>/PLAN.md``) decides the verdicts; these rules were written after the
-plan-version-4 results had been read (docs/claims.md, "Period by effect size"), so a claim shows
-both and says so. Per unit and padding: the lookup matrix (prompts x residues) with the prompt
+These rules were written after the plan-version-4 results had been read (docs/claims.md,
+"Period by effect size"); a sweep first judged under version 1 keeps its plan's verdicts and
+shows these beside (``judging``). Per unit and padding: the lookup matrix (prompts x residues) with the prompt
 as the unit; per row: its seeds pooled with the prompt as the unit (every seed answered the
 same prompts). The one seed rule (``stats.seed_rule``, two seeds agreeing) over the units, the
 row's pooled decision as its pooled test, the common verdict over rows:
@@ -37,8 +37,6 @@ STUDY = "paper"
 PADDINGS = ("prefix", "in_sequence")
 DECIDING = "prefix"
 CHANCE = 1 / 32  # the CPU-size lookup: 32 values to choose from (results/paper_protocol/PLAN.md)
-NOTE = ("under the period decision by effect size (rules written after these results were "
-        "seen; docs/claims.md, \"Period by effect size\")")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,11 +144,11 @@ def requirement(claim_id: str, reproduced: Sequence[VariantRecord]) -> str:
 
 
 def verdict(d: Decisions, rows: Mapping[str, VariantRecord],
-            claim_id: str) -> tuple[str, str, dict]:
-  """(verdict, reason, numbers) of ``claim_id`` over ``rows`` (row -> its first unit's record)
-  under the effect-size rules."""
+            claim_id: str) -> tuple[str, str, dict, dict[str, SeedAgreement]]:
+  """(verdict, reason, numbers, seed rule per row) of ``claim_id`` over ``rows`` (row -> its
+  first unit's record) under the effect-size rules."""
   if not rows:
-    return INCONCLUSIVE, "no row", {}
+    return INCONCLUSIVE, "no row", {}, {}
   flat = claim_id == "C11"
   rules = {}
   parts = []
@@ -169,7 +167,7 @@ def verdict(d: Decisions, rows: Mapping[str, VariantRecord],
                    "pooled": {p: None if d.rows[row][p] is None else d.rows[row][p].record()
                               for p in PADDINGS}}
              for row, rule in rules.items()}
-  return found, reason, numbers
+  return found, reason, numbers, rules
 
 
 ROWS = {
@@ -179,16 +177,35 @@ ROWS = {
 }
 
 
-def beside(claim: Claim, records: Sequence[VariantRecord], d: Decisions | None) -> Claim:
-  """``claim`` (decided by the plan) with its verdict under the effect-size rules beside."""
+def decided(claim_id: str, statement: str, records: Sequence[VariantRecord],
+            d: Decisions | None, flags: Mapping[str, str] | None = None) -> Claim:
+  """``claim_id`` (C10-C12) decided under the effect-size rules, with a verdict line per row."""
   if d is None or not d.rows:
-    return claim
+    return pr.no_data(claim_id, statement, "no lookup row with stored answer matrices")
   by_name = {r.name: r for r in records}
   rows = {row: by_name[members[0]] for row, members in d.members.items()
-          if ROWS[claim.id](by_name[members[0]].setup)}
-  found, reason, numbers = verdict(d, rows, claim.id)
-  line = f"{claim.id} {NOTE}: {found} ({reason})"
-  return dataclasses.replace(
-      claim, reason=f"{claim.reason} | {NOTE}: {found}",
-      numbers=dict(claim.numbers, effect_size_rules={"verdict": found, "rows": numbers},
-                   lines=[*claim.numbers.get("lines", ()), line]))
+          if ROWS[claim_id](by_name[members[0]].setup)}
+  if not rows:
+    return pr.no_data(claim_id, statement, "no row of the claim's kind with stored answer "
+                      "matrices")
+  found, reason, numbers, rules = verdict(d, rows, claim_id)
+  units = [u for row in rows for u in d.members[row]]
+  lines = [f"{rule.verdict}: {claim_id} by effect size ({row}): " + pr.row_summary(row, rule)
+           for row, rule in rules.items()]
+  reason = (f"{reason}; rules: period by effect size with a power gate, the prompt as the "
+            f"unit, {pr.MIN_SEEDS} seeds agreeing" + pr.flag(units, flags or {}))
+  return Claim(claim_id, statement, found, reason,
+               dict(numbers, units=units, lines=lines), pr.agreeing(rules, found))
+
+
+def flat_reference(d: Decisions | None) -> Callable[[str], str]:
+  """C13's reference gate under the current rules: '' when the full-attention row is judged
+  flat in the deciding padding (its test has the power the gate asks), else why not."""
+  def gate(row: str) -> str:
+    found = None if d is None else d.rows.get(row, {}).get(DECIDING)
+    if found is None:
+      return "no stored answer matrices to decide it"
+    if found.verdict != period_effect.FLAT:
+      return f"it is not judged flat by effect size ({_text(found)})"
+    return ""
+  return gate

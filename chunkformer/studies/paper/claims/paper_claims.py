@@ -10,7 +10,7 @@ flags by the plan they trained under.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chunkformer.evaluation.claims import plan_check
@@ -281,7 +281,9 @@ def _hides(table: ResidueAccuracy, ref: ResidueAccuracy) -> tuple[bool, dict[str
 
 
 def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = None,
-        **_: Any) -> Claim:
+        reference_gate: Callable[[str], str] | None = None, **_: Any) -> Claim:
+  """C13; ``reference_gate`` (row -> why the reference does not qualify, '' when it does)
+  replaces the 20% lookup gate on the full-attention reference (the current claim rules)."""
   flags = flags or {}
   full = reference_full(records)
   found = pr.rows(records, lambda r: pr.is_geometry(r.setup)
@@ -291,7 +293,13 @@ def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                       "row with lookup records")
   ref = pr.pooled_mode(full, pr.DECIDING_PADDING)
   ref_name = _name(full, len(full) > 1)
-  if ref is None or ref.mean < pr.LOOKUP_LEARNED:
+  if reference_gate is not None:
+    why = "no lookup table" if ref is None else reference_gate(full[0].setup.variant)
+    if why:
+      return Claim("C13", STATEMENTS["C13"], INCONCLUSIVE,
+                   f"the full-attention reference ({ref_name}) does not qualify: {why}", {},
+                   "0/0")
+  elif ref is None or ref.mean < pr.LOOKUP_LEARNED:
     return Claim("C13", STATEMENTS["C13"], INCONCLUSIVE,
                     f"the full-attention reference ({ref_name}) is below the lookup gate "
                     f"{pr.LOOKUP_LEARNED}", {}, "0/0")
