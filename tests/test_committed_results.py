@@ -327,6 +327,10 @@ def test_committed_sweeps_rejudge_to_their_own_report_and_claims(sweep, tmp_path
   with open(outcome.results_path) as f:
     written = json.load(f)
   for key in stored:
-    if key not in ("schema_version", "claims"):
+    if key not in ("schema_version", "claims", "current_rules"):
       assert written[key] == stored[key], key
   _assert_same(written["claims"], stored["claims"], "claims")
+  # A sweep judged under older claim rules also stores its claims under the current ones.
+  assert ("current_rules" in written) == ("current_rules" in stored)
+  if "current_rules" in stored:
+    _assert_same(written["current_rules"], stored["current_rules"], "current_rules")
