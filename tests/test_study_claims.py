@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from chunkformer.evaluation.claims import registry
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.probes import split_fields
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import SlotGainSite, VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity as stats
 from chunkformer.evaluation.stats.analysis_types import Interval
 from chunkformer.evaluation.stats.estimates import phase_dependent_needles
-from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.studies.needles.claims import judgments, slot_preference, step_size, summaries
 from chunkformer.studies.needles.report import claim_tables
 

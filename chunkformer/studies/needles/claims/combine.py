@@ -11,14 +11,14 @@ The claims, numbered C1-C9 as in docs/claims.md (docs/design.md sections 1 and 3
   C9 a key token shift (local mixing) removes it.
 ``judgments.judge`` decides each claim for each trained model it can (True, False, or None =
 undecided, e.g. the task not learned), and again for each variant's seed-pooled record
-(``pooling``: its seeds' haystacks stacked). ``from_judgments`` applies the one seed rule
-(``stats.seed_rule``) per variant: REPRODUCED when the claim holds in at least
-``rules.min_agree(n)`` of its n seeds (the current rules: 2, never one; version 1: min(2, n))
-AND in the seed-pooled test, NOT REPRODUCED when it fails in enough seeds AND in the pooled
-test, else INCONCLUSIVE with the reason (a variant with one seed is its own pooled test). Over the variants a claim rests on: the common verdict of the variants that
-decide it (the undecided ones named in the reason), INCONCLUSIVE when they disagree or none
-decides, and INCONCLUSIVE with the reason when the sweep has no data for it (never "NOT
-TESTED").
+(``seed_pooling``: its seeds' haystacks pooled as the claim rules say). ``from_judgments``
+applies the one seed rule (``stats.seed_rule``) per variant: REPRODUCED when the claim holds in
+at least ``rules.min_agree(n)`` of its n seeds (the current rules: 2, never one; version 1:
+min(2, n)) AND in the seed-pooled test, NOT REPRODUCED when it fails in enough seeds AND in the
+pooled test, else INCONCLUSIVE with the reason (a variant with one seed is its own pooled
+test). Over the variants a claim rests on: the common verdict of the variants that decide it
+(the undecided ones named in the reason), INCONCLUSIVE when they disagree or none decides, and
+INCONCLUSIVE with the reason when the sweep has no data for it (never "NOT TESTED").
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@ decided under the current claim rules (``claims.rules``, version 2).
 
 These rules were written after the plan-version-4 results had been read (docs/claims.md,
 "Period by effect size"); a sweep first judged under version 1 keeps its plan's verdicts and
-shows these beside (``judging``). Per unit and padding: the lookup matrix (prompts x residues) with the prompt
-as the unit; per row: its seeds pooled with the prompt as the unit (every seed answered the
-same prompts). The one seed rule (``stats.seed_rule``, two seeds agreeing) over the units, the
-row's pooled decision as its pooled test, the common verdict over rows:
+shows these beside (``judging``). Per unit and padding: the lookup matrix (prompts x residues)
+with the prompt as the unit; per row: its seeds pooled with the prompt as the unit (every seed
+answered the same prompts). The one seed rule (``stats.seed_rule``, two seeds agreeing) over
+the units, the row's pooled decision as its pooled test, the common verdict over rows:
 - C10 (geometry rows) and C12 (RoPE off, uniform averaging): periodic with period S in the
   prefix padding (the deciding mode of the plan);
 - C11 (full attention): flat in both paddings.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chunkformer import sparse_prefill
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import number
@@ -68,13 +69,14 @@ def _gate(run_or_group) -> Outcome | None:
   return None
 
 
-def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]]) -> Claim:
+def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
+             claim_rules_in_force: claim_rules.Rules) -> Claim:
   """The seed rule per group, the common verdict over groups, the claim's record."""
   rules: dict[str, SeedAgreement] = {}
   numbers: dict[str, Any] = {}
   for name, (seeds, pooled) in per_group.items():
     rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
-                                 min_agree=min(2, len(seeds)))
+                                 min_agree=claim_rules_in_force.min_agree(len(seeds)))
     numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
                      "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
                      "seed_rule": rules[name].record()}
@@ -130,7 +132,7 @@ def p1_claim(evidence) -> Claim:
     return _no_data("P1", "no block-sparse pattern in the sweep's sparse_needles results")
   kw = _resampling(evidence)
   per_seed = {g.name: [data.analyse(r.matrix, [g.block], **kw) for r in g.runs] for g in groups}
-  pooled = {g.name: data.analyse(g.pooled(), [g.block], **kw) for g in groups}
+  pooled = {g.name: data.analyse(g.pooled(evidence.rules), [g.block], **kw) for g in groups}
   adjusted = _holm_of([(g.name, pooled[g.name].p_at[g.block]) for g in groups
                        if pooled[g.name] is not None])
   out = {}
@@ -141,7 +143,7 @@ def p1_claim(evidence) -> Claim:
     pool = _period_outcome(pooled[g.name], g.block, p, _gate(g))
     pool.numbers.update(p_value_holm=p, holm_family=len(adjusted), kept_fraction=g.kept)
     out[g.name] = (seeds, pool)
-  return _combine("P1", out)
+  return _combine("P1", out, evidence.rules)
 
 
 # --- P2 ----------------------------------------------------------------------------------
@@ -172,7 +174,7 @@ def p2_claim(evidence) -> Claim:
   if not sizes:
     return _no_data("P2", "no block-sparse pattern in the sweep: no block size to test at")
   kw = _resampling(evidence)
-  pooled = {g.name: data.analyse(g.pooled(), sizes, **kw) for g in lines}
+  pooled = {g.name: data.analyse(g.pooled(evidence.rules), sizes, **kw) for g in lines}
   adjusted = _holm_of([((g.name, m), pooled[g.name].p_at[m]) for g in lines
                        if pooled[g.name] is not None for m in sizes])
   out = {}
@@ -185,4 +187,4 @@ def p2_claim(evidence) -> Claim:
                          _gate(g))
     pool.numbers.update(holm_family=len(adjusted), kept_fraction=g.kept)
     out[g.name] = (seeds, pool)
-  return _combine("P2", out)
+  return _combine("P2", out, evidence.rules)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from chunkformer import sparse_prefill
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
@@ -68,18 +69,22 @@ class Group:
     found = [r.gate for r in self.runs]
     return None if None in found else float(np.mean(found))
 
-  def pooled(self) -> correctness.Matrix | None:
-    """Every seed's haystack rows stacked; None when a matrix is missing or offsets differ."""
-    return _stack([r.matrix for r in self.runs])
+  def pooled(self, rules: claim_rules.Rules | None = None) -> correctness.Matrix | None:
+    """The seeds' haystack rows pooled as the claim rules say (default: stacked, as the
+    report's descriptive tables read them); None when a matrix is missing or offsets differ."""
+    return _stack([r.matrix for r in self.runs], rules)
 
 
-def _stack(found: Sequence[correctness.Matrix | None]) -> correctness.Matrix | None:
+def _stack(found: Sequence[correctness.Matrix | None],
+           rules: claim_rules.Rules | None = None) -> correctness.Matrix | None:
   if not found or any(m is None for m in found) or any(
       not np.array_equal(m.offsets_J, found[0].offsets_J) for m in found):
     return None
   if len(found) == 1:
     return found[0]
-  return correctness.Matrix(pool_seeds([m.correct_YxJ for m in found]), found[0].offsets_J)
+  rows = [m.correct_YxJ for m in found]
+  return correctness.Matrix(pool_seeds(rows) if rules is None else rules.pool(rows),
+                            found[0].offsets_J)
 
 
 def _pattern(spec: Mapping[str, Any], where: str) -> sparse_prefill.Pattern:
