@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
 from chunkformer.studies.paper.claims import lookup_shape
@@ -77,7 +78,7 @@ def _loss(units: Sequence[VariantRecord]) -> float | None:
   return float(np.mean(found)) if found else None
 
 
-def _row(variant: str, units: Sequence[VariantRecord], load) -> Row:
+def _row(variant: str, units: Sequence[VariantRecord], load: correctness.Loader | None) -> Row:
   setup = units[0].setup
   pooled = {mode: pr.pooled_mode(units, mode) for mode in MODES}
   entry = published.run_for(variant)
