@@ -53,6 +53,29 @@ def stride_repeat(table: ResidueMeans, stride: int) -> StrideRepeat:
   return StrideRepeat(stride, repeat, noise, other, repeat / other if other > 0 else float("nan"))
 
 
+def lag_ratio(accuracy_R, stride: int) -> tuple[float, float]:
+  """(mean |A(r) - A(r + S)|, that over the mean at the lags that are not multiples of S)
+  of a curve without variances (e.g. a published one)."""
+  a = np.asarray(accuracy_R, np.float64)
+  if stride < 1 or a.size % stride or stride >= a.size:
+    _fail("stride", f"{stride} must divide the {a.size} residues and be smaller")
+  other = float(np.mean([lag_repeat(a, lag) for lag in range(1, a.size) if lag % stride]))
+  repeat = lag_repeat(a, stride)
+  return repeat, repeat / other if other > 0 else float("nan")
+
+
+def noise_upper(table: ResidueMeans, stride: int, *, confidence: float = CONFIDENCE,
+                draws: int = 4000, seed: int = 0) -> float:
+  """The ``confidence`` quantile of the stride repeat under exact periodicity: each residue
+  off its phase's value by N(0, v_r) alone. A repeat at or below it is within noise. Drawn
+  (fixed seed): the pairs r, r + S share residues, so the mean of |differences| has no
+  simple closed-form quantile."""
+  rng = np.random.default_rng(seed)
+  e_NxR = rng.standard_normal((draws, table.residues)) * np.sqrt(table.variance)
+  repeats_N = np.mean(np.abs(e_NxR - np.roll(e_NxR, -stride, axis=1)), axis=1)
+  return float(np.quantile(repeats_N, confidence))
+
+
 def phase_means(table: ResidueMeans, stride: int) -> tuple[np.ndarray, np.ndarray]:
   """(mean accuracy per phase r mod S, the variance of each), unweighted over residues."""
   if stride < 1 or table.residues % stride:

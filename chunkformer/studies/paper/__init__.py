@@ -22,7 +22,12 @@ from chunkformer.studies.paper.claims import (
     paper_claims,
 )
 from chunkformer.studies.paper.probes import gate_concentration, gate_cycling, head_knockout
-from chunkformer.studies.paper.report import mechanism_plots, paper_table, residue_tables
+from chunkformer.studies.paper.report import (
+    mechanism_plots,
+    paper_table,
+    residue_tables,
+    shape_tables,
+)
 
 
 def _claim(function):
@@ -84,5 +89,6 @@ STUDY = Study(
         probe_sections=residue_tables.probe_section,
         overview=paper_table.overview,
         summary=paper_table.summary,
+        sections=shape_tables.section,
     ),
 )

@@ -1,6 +1,7 @@
 """The statistics the paper study's report shows, computed once when the sweep is judged: one
-row per variant with lookup records (seeds pooled per padding mode), the shape numbers C10's
-comparison line sets beside the paper's, and C13's worst-residue spreads.
+row per variant with lookup records (seeds pooled per padding mode), the shape of each row's
+and each unit's curve against its noise (``claims.lookup_shape``; C10's comparison line sets
+the row's beside the paper's), and C13's worst-residue spreads.
 
 The report (``report.paper_table``) formats these and the paper's published rows; it computes
 nothing.
@@ -15,9 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
+from chunkformer.studies.paper.claims import lookup_shape
 from chunkformer.studies.paper.claims import paper_rows as pr
+from chunkformer.studies.paper.claims.lookup_shape import PublishedShape, Shape
 from chunkformer.studies.paper.records import published
 
 MODES = ("prefix", "in_sequence")
@@ -37,23 +41,18 @@ class Row:
   geometry: bool  # C10's rows (``paper_rows.is_geometry``)
   ablation: str | None  # C12's kind, if any
   full: bool
-  # C10's shape numbers (points): mean |A(r) - A(r + S)| of ours and of the paper's curve
-  stride_repeat: float | None = None
-  paper_stride_repeat: float | None = None
+  shape: Mapping[str, Shape | None] = dataclasses.field(default_factory=dict)  # by padding
+  paper_shape: PublishedShape | None = None  # the paper's prefix curve (C10's rows)
 
 
 @dataclasses.dataclass(frozen=True)
 class Tables:
   rows: tuple[Row, ...] = ()
+  units: Mapping[str, Mapping[str, Shape | None]] = dataclasses.field(
+      default_factory=dict)  # unit -> padding -> the shape of its own curve
   # C13: the largest worst-residue difference between rows within MEAN_MATCH in prefix mean
   worst_spread: float | None = None  # ours, points
   paper_worst_spread: float | None = None  # the paper's published rows, points
-
-
-def stride_repeat(accuracy_points: Sequence[float], stride: int) -> float:
-  """Mean |A(r) - A(r + stride)| over r (points in, points out)."""
-  a = np.asarray(accuracy_points, np.float64)
-  return float(np.mean(np.abs(a[:-stride] - a[stride:])))
 
 
 def worst_spread(rows: Sequence[tuple[float, float]]) -> float | None:
@@ -79,28 +78,28 @@ def _loss(units: Sequence[VariantRecord]) -> float | None:
   return float(np.mean(found)) if found else None
 
 
-def _row(variant: str, units: Sequence[VariantRecord]) -> Row:
+def _row(variant: str, units: Sequence[VariantRecord], load: correctness.Loader | None) -> Row:
   setup = units[0].setup
   pooled = {mode: pr.pooled_mode(units, mode) for mode in MODES}
   entry = published.run_for(variant)
+  modulus = next((t.modulus for t in pooled.values() if t is not None), None)
   row = Row(variant, len(units), _loss(units), pooled, entry, units[0].chunk_size,
-            pr.is_geometry(setup), pr.ablation_kind(setup), pr.is_full(setup))
-  prefix, s = pooled["prefix"], units[0].chunk_size
+            pr.is_geometry(setup), pr.ablation_kind(setup), pr.is_full(setup),
+            lookup_shape.shapes(units, load, modulus))
   if not row.geometry or entry is None:
     return row
   theirs = published.lookup_row(entry, "prefix")
-  return dataclasses.replace(
-      row, paper_stride_repeat=stride_repeat(theirs["acc"], s),
-      stride_repeat=(None if prefix is None else
-                     stride_repeat(100 * np.asarray(prefix.accuracy), s)))
+  return dataclasses.replace(row, paper_shape=lookup_shape.published(theirs["acc"], row.stride))
 
 
 def tables(e) -> Tables:
   """The judging hook (``claims.registry.Judging.tables``)."""
-  rows = tuple(_row(v, units) for v, units in lookup_units(e.records).items())
+  found = lookup_units(e.records)
+  rows = tuple(_row(v, units, e.matrices) for v, units in found.items())
   if not rows:
     return Tables()
   ours = [(100 * t.mean, 100 * t.worst) for row in rows
           if (t := row.pooled["prefix"]) is not None]
   theirs = [(r["pp"]["mean"][0], r["pp"]["worst"]) for r in published.published()["runs"]]
-  return Tables(rows, worst_spread(ours), worst_spread(theirs))
+  return Tables(rows, lookup_shape.by_unit(found, e.matrices), worst_spread(ours),
+                worst_spread(theirs))

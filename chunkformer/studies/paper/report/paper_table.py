@@ -23,9 +23,11 @@ from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value, percent
 from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
+from chunkformer.studies.paper.claims.lookup_shape import Shape
 from chunkformer.studies.paper.claims.main_table import MODES, Row, Tables
 from chunkformer.studies.paper.claims.paper_rows import POOLED
 from chunkformer.studies.paper.records import published
+from chunkformer.studies.paper.report import shape_tables
 
 
 def _cells(table: ResidueAccuracy | None) -> list[str]:
@@ -99,24 +101,33 @@ def _pooled_numbers(claim: Claim, variant: str) -> Mapping[str, Any]:
 def _c10(claim: Claim, rows: Sequence[Row]) -> str:
   parts = []
   for row in rows:
-    entry = row.paper
-    if not row.geometry or entry is None:
+    entry, theirs_shape = row.paper, row.paper_shape
+    if not row.geometry or entry is None or theirs_shape is None:
       continue
     ours = _pooled_numbers(claim, row.variant)
-    table = row.pooled["prefix"]
+    shape = row.shape.get("prefix")
     theirs = published.lookup_row(entry, "prefix")
     s = row.stride
-    # The same two shape numbers for both sides: where the weak phase sits, and how closely
-    # the curve repeats one stride on (mean |A(r) - A(r + S)|, points).
-    mine = ("" if table is None else
-            f"weakest residue mod S {table.worst_residue % s}, stride repeat "
-            f"{row.stride_repeat:.1f} points, ")
+    # The same shape numbers on both sides where the paper's data allow: the stride repeat and
+    # lag S against the other lags; the weakest phase and the phases that work need intervals,
+    # which the paper's curve (no prompt counts published) does not give.
+    mine = ("" if shape is None else
+            f"stride repeat {100 * shape.repeat:.1f} points (noise "
+            f"{100 * shape.noise:.1f}, {'within' if shape.within_noise else 'beyond'} it), "
+            f"lag S / other lags {shape.relative:.2f}, {_weakest(shape)}, "
+            f"{len(shape.working)} of {s} phases work, ")
     parts.append(f"{row.variant}: ours detected period {ours.get('detected_period') or 'none'} "
                  f"(S = {s}), {mine}prefix gap {percent(ours.get('gap'))} points; paper "
-                 f"weakest residue mod S {entry['pp'].get('argmin_mod_S')}, stride repeat "
-                 f"{row.paper_stride_repeat:.1f} points, gap {theirs['gap']:.1f} "
-                 f"(ours {_diff(ours.get('gap'), theirs['gap'])})")
+                 f"stride repeat {theirs_shape.repeat:.1f} points, lag S / other lags "
+                 f"{theirs_shape.relative:.2f}, lowest phase {theirs_shape.lowest} "
+                 f"({theirs_shape.margin:.1f} points below the next, no interval), gap "
+                 f"{theirs['gap']:.1f} (ours {_diff(ours.get('gap'), theirs['gap'])})")
   return "; ".join(parts) or "no row named after a paper run"
+
+
+def _weakest(shape: Shape) -> str:
+  return (shape_tables.NO_WEAKEST if shape.weakest is None else
+          f"weakest phase {shape.weakest}")
 
 
 def _diff(ours: float | None, theirs: float | None) -> str:
@@ -187,6 +198,9 @@ def summary(view: View) -> list[str]:
   if not table:
     return []
   lines = ["### Main table (the paper's columns)", "", *table]
+  shapes = shape_tables.row_table(view.tables)
+  if shapes:
+    lines += ["", *shapes]
   compared = comparison_lines(view.claims, view.tables)
   if compared:
     lines += ["", "Where our small-scale results agree with the paper or differ, per claim:",
