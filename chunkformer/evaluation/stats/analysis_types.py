@@ -96,6 +96,24 @@ class PhaseTable:
   gap: Interval  # max_gap: basic bootstrap interval
   p_value: float  # phase_p_value: permutation test of this grouping
 
+  @property
+  def weakest_separated(self) -> bool:
+    """Whether the weakest phase is separated from every other: its band's upper end lies
+    below each other phase's lower end (a lowest phase inside the next one's band is not a
+    single weakest phase; docs/claims.md, "Descriptions")."""
+    i = self.phases.index(self.weakest_phase)
+    high = self.accuracy.high[i]
+    lows = [low for j, low in enumerate(self.accuracy.low) if j != i]
+    if high is None or not lows or any(low is None for low in lows):
+      return False
+    return high < min(lows)
+
+  def weakest_text(self) -> str:
+    """'weakest phase 3', or 'no single weakest phase (lowest 3)' when not separated."""
+    if self.weakest_separated:
+      return f"weakest phase {self.weakest_phase}"
+    return f"no single weakest phase (lowest {self.weakest_phase})"
+
   def to_json(self) -> Json:
     return {"phases": list(self.phases), **self.accuracy.to_json("accuracy_by_phase"),
             "weakest_phase": self.weakest_phase, **self.gap.to_json("max_gap"),

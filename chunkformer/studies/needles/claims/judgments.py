@@ -167,8 +167,8 @@ def _period_claim(r: Record, adjusted: Adjusted = NO_ADJUSTMENT) -> Judgment:
              "learned")
   line = (f"{head}: period = M for fixed M={m} ({r.name}, {_needle(r)}): detected period "
           f"{_period(period)}, {_p_text(r, adjusted)} at M (need period {m} and "
-          f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, weakest phase "
-          f"{a.phase.weakest_phase}{caution}")
+          f"p < {PERIOD_ALPHA}); max gap {number(a.max_gap)}, {a.phase.weakest_text()}"
+          f"{caution}")
   holds = ok if ok or _learned(r) else None
   claim = "C7" if is_code_model(r) else "C1"  # code: the '=' prefix probe (primary)
   return Judgment(line, claim, holds, (r,), _core_numbers(r, adjusted),
@@ -335,7 +335,7 @@ def _cure_claim(r: Record, plain: Sequence[Record],
   if r.chunk_phase is not None:
     c = r.chunk_phase
     reason += (f" (in absolute position; by phase inside its own chunk: gap {number(c.gap.value)}, "
-               f"weakest phase {c.weakest_phase}, p = {p_value(c.p_value)})")
+               f"{c.weakest_text()}, p = {p_value(c.p_value)})")
   return Judgment(line, claim, holds, (r, base), numbers, reason)
 
 

@@ -113,7 +113,8 @@ def chunk_phase_table(rows: Sequence[summaries.ChunkPhaseRow]) -> list[str]:
     return []
   lines = ["", "## Dynamic chunks: accuracy by the needle's phase inside its actual chunk", "",
            "The weak spot relative to the chunk the needle landed in (content-relative "
-           "position), and how often each phase occurs among the far-depth trials.", "",
+           "position), and how often each phase occurs among the far-depth trials. A weakest "
+           "phase in parentheses is only the lowest: its band overlaps another phase's.", "",
            "| variant | phases | weakest phase | accuracy there | max gap | p | "
            "phase: accuracy (share of trials) |", "|:--|--:|--:|--:|--:|--:|:--|"]
   for row in rows:
@@ -122,7 +123,8 @@ def chunk_phase_table(rows: Sequence[summaries.ChunkPhaseRow]) -> list[str]:
         f"{p}: {number(a, '.2f')}" + ("" if shares is None else
                                   f" ({shares.get(p, 0.0):.1%})")
         for p, a in zip(c.phases, c.accuracy.values, strict=True))
-    lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_phase} | "
+    weakest = str(c.weakest_phase) if c.weakest_separated else f"({c.weakest_phase})"
+    lines.append(f"| {r.name} | 0..{max(c.phases)} | {weakest} | "
                  f"{row.weakest_accuracy:.3f} | {c.gap.value:.3f} | {c.p_value:.3g} | {listed} |")
   return lines
 
