@@ -20,6 +20,7 @@ OFFSETS = np.arange(1, J + 1)  # absolute positions: offset 1 has phase 1 mod 4
 BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                            num_permutations=10)
 GRID = dict(policy="chunkkv", budget=16, chunk=4, window=4)
+CUT = dict(policy="chunkkv_cut", budget=16, chunk=4, window=4)
 CONTENT = dict(policy="content_chunkkv", budget=16, window=4, delimiters=[3], min_chunk=3,
                max_chunk=8)
 SNAP = dict(policy="snapkv", budget=16, window=4)
@@ -39,16 +40,18 @@ def scattered() -> np.ndarray:
   return m
 
 
-def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99,
-         budget: int = 16) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
+def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99, budget: int = 16,
+         kept: dict[str, int] | None = None) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
   """A full-attention unit whose eviction_needles probe gave ``matrices`` (name -> its
-  policy's far matrix, name one of the specs above)."""
-  specs = dict(grid=GRID, content=CONTENT, snap=SNAP, stream=STREAM)
+  policy's far matrix, name one of the specs above); ``kept``: name -> its budget in tokens
+  where it is not ``budget`` (whole chunks round it down)."""
+  specs = dict(grid=GRID, cut=CUT, content=CONTENT, snap=SNAP, stream=STREAM)
   probe, stored = {}, {}
   for name, matrix in matrices.items():
     label = f"{name}-b{budget}"
     key = f"{label}_far"
-    probe[label] = {"policy": dict(specs[name], budget=budget), "budget_tokens": [budget],
+    tokens = (kept or {}).get(name, budget)
+    probe[label] = {"policy": dict(specs[name], budget=budget), "budget_tokens": [tokens],
                     "depths": {"far": {"accuracy": float(matrix.mean()), "matrix": key}}}
     stored[f"eviction_needles_{key}"] = correctness.Matrix(matrix, OFFSETS[:matrix.shape[1]])
   name = f"full_seed{seed}"
@@ -157,6 +160,30 @@ def test_gates_and_missing_data_leave_every_claim_inconclusive():
   lost = registry.Evidence((record,), {}, lambda name: None)
   assert "correctness matrix not stored" in claims.e1_claim(lost).reason
   assert eviction_data.collect([record], None)[0].runs[0].matrix is None
+
+
+def test_the_cut_chunk_variant_is_judged_beside_and_never_decides():
+  rng = np.random.default_rng(0)
+  flat = [(rng.random((Y, J)) < 0.7).astype(float) for _ in range(3)]
+  # the published grid keeps 15 of the 16 tokens it is given (whole chunks), the cut one 16
+  units = [unit(s, {"grid": flat[s], "cut": blind_phase(s % 4), "content": scattered()},
+                kept={"grid": 15}) for s in range(3)]
+  found = evidence(units)
+  e1 = claims.e1_claim(found)
+  assert (e1.verdict, e1.seeds_agreeing) == (NOT_REPRODUCED, "3/3")
+  beside = e1.numbers[claims.BESIDE]
+  assert (beside["verdict"], beside["seeds_agreeing"]) == (REPRODUCED, "3/3")
+  assert list(beside["groups"]) == ["full/cut-b16/far"]
+  assert "beside it, not deciding, the cut-chunk variant chunkkv_cut reads REPRODUCED" in \
+      e1.reason
+  assert e1.numbers["full/grid-b16/far"]["pooled"]["holm_family"] == 1  # its own family
+  # E2: the published grid at the same budget setting is its baseline although it keeps
+  # fewer tokens; it has no period, so E2 is undecided, while beside it the cut grid has one
+  e2 = claims.e2_claim(found)
+  assert e2.verdict == INCONCLUSIVE and "no periodic fixed-block baseline" in e2.reason
+  assert e2.numbers[claims.BESIDE]["verdict"] == REPRODUCED
+  without = claims.e1_claim(evidence([unit(s, {"grid": flat[s]}) for s in range(3)]))
+  assert claims.BESIDE not in without.numbers and "beside" not in without.reason
 
 
 def test_content_chunks_without_a_grid_at_their_budget_are_undecided():

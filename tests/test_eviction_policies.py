@@ -1,5 +1,6 @@
-"""Eviction policies as pure functions: exact budgets, hand-computed SnapKV, ChunkKV against a
-dense numpy reference, rows independent, bad settings refused by name."""
+"""Eviction policies as pure functions: exact budgets, hand-computed SnapKV, the cut-chunk
+ChunkKV against a dense numpy reference (ChunkKV as published: test_chunkkv.py), rows
+independent, bad settings refused by name."""
 
 import functools
 from fractions import Fraction
@@ -16,6 +17,7 @@ from chunkformer.evaluation.probes import sown_boundaries
 from chunkformer.eviction import (
   H2O,
   ChunkKV,
+  ChunkKVCut,
   ContentChunkKV,
   Delimiter,
   KNorm,
@@ -38,7 +40,8 @@ POLICIES = [
     SnapKV(budget=0.5, window=4, kernel=1, pooling="avg"),
     H2O(budget=9, recent=2),
     KNorm(budget=7),
-    ChunkKV(budget=11, window=3, chunk=4, kernel=3),
+    ChunkKV(budget=11, window=3, chunk=5, kernel=3),  # rounded down to 4 + 5 = 9 tokens
+    ChunkKVCut(budget=11, window=3, chunk=4, kernel=3),
     ContentChunkKV(budget=10, window=2, boundaries=Delimiter((1, 2), max_chunk=6)),
 ]
 
@@ -185,9 +188,9 @@ def test_whole_chunks_equal_a_dense_numpy_reference_on_random_scores(seed):
     np.testing.assert_array_equal(np.flatnonzero(keep[b]), expected)
 
 
-def test_chunkkv_keeps_whole_grid_chunks_plus_the_window():
+def test_chunkkv_cut_keeps_whole_grid_chunks_plus_the_window():
   keys, values, queries, tokens = _layer(5)
-  policy = ChunkKV(budget=11, window=3, chunk=4, kernel=3)  # 8 = two whole chunks of 4
+  policy = ChunkKVCut(budget=11, window=3, chunk=4, kernel=3)  # 8 = two whole chunks of 4
   kept = _kept(policy, keys, values, queries, tokens)
   assert (kept == kept[:, :1]).all()  # every kv head the same positions
   for row in kept[:, 0]:
@@ -217,13 +220,14 @@ def test_content_chunks_follow_the_delimiter_rule():
     np.testing.assert_array_equal(kept[b, 0, :-2], expected)
 
 
-def test_layer_reuse_shares_the_first_layers_selection():
+@pytest.mark.parametrize("kind", [ChunkKV, ChunkKVCut])
+def test_layer_reuse_shares_the_first_layers_selection(kind):
   layers = [_layer(s) for s in range(3)]
   tokens = layers[0][3]
-  policy = ChunkKV(budget=11, window=3, chunk=4, kernel=3)
+  policy = kind(budget=11, window=3, chunk=4, kernel=3)
   alone = [_kept(policy, *layer[:3], tokens) for layer in layers]  # each layer on its own
   inputs = [LayerInputs(k, v, q[:, -3:]) for k, v, q, _ in layers]
-  shared = _select(ChunkKV(budget=11, window=3, chunk=4, kernel=3, layer_reuse=2), inputs,
+  shared = _select(kind(budget=11, window=3, chunk=4, kernel=3, layer_reuse=2), inputs,
                    tokens, _full_lengths())
   np.testing.assert_array_equal(shared[0], alone[0])
   np.testing.assert_array_equal(shared[1], alone[0])  # reused
@@ -240,6 +244,7 @@ def test_layer_reuse_shares_the_first_layers_selection():
     (lambda: StreamingLLM(budget=4, sinks=5), "eviction.streaming_llm.sinks"),
     (lambda: ChunkKV(budget=8, window=2, chunk=0), "eviction.chunkkv.chunk"),
     (lambda: ChunkKV(budget=8, window=2, layer_reuse=0), "eviction.chunkkv.layer_reuse"),
+    (lambda: ChunkKVCut(budget=8, window=2, chunk=0), "eviction.chunkkv_cut.chunk"),
     (lambda: ContentChunkKV(budget=8, window=2), "eviction.content_chunkkv.boundaries"),
     (lambda: Delimiter(()), "eviction.boundaries.ids"),
     (lambda: SnapKV(budget=64, window=8).tokens(32), "eviction.snapkv.budget"),

@@ -25,6 +25,7 @@ def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(t
   assert [v["name"] for v in stored["variants"]] == ["tiny_seed0"]
   labels = ["streaming_llm-b8-sinks2", "snapkv-b8-window2-kernel7-poolingmax",
             "chunkkv-b8-window2-kernel7-poolingmax-layer_reuse1-chunk4",
+            "chunkkv_cut-b8-window2-kernel7-poolingmax-layer_reuse1-chunk4",
             "content_chunkkv-b8-window2-kernel7-poolingmax-layer_reuse1-delim3-len2-4"]
   for entry in stored["variants"]:
     probe = entry["probes"]["eviction_needles"]

@@ -2,8 +2,9 @@
 
   logits, cache = decode.prefill(model, params, prompt_BxT, max_len, eviction=SnapKV(budget=64))
 
-- ``specs.py``: the policies as frozen settings (StreamingLLM, SnapKV, H2O, KNorm, ChunkKV,
-  ContentChunkKV), budgets as tokens or a share of the prompt, ``from_dict`` for configs;
+- ``specs.py``: the policies as frozen settings (StreamingLLM, SnapKV, H2O, KNorm, ChunkKV as
+  published, its cut-chunk variant ChunkKVCut, ContentChunkKV), budgets as tokens or a share
+  of the prompt, ``from_dict`` for configs;
 - ``policies.py``: each policy as a pure function of one layer's keys, values and queries;
 - ``scores.py``: attention of the prompt's last queries, SnapKV's pooling, key norms;
 - ``select.py``: top-k per (row, kv head), whole chunks to a budget;
@@ -16,6 +17,7 @@ from chunkformer.eviction.specs import (
   H2O,
   POLICIES,
   ChunkKV,
+  ChunkKVCut,
   ContentChunkKV,
   KNorm,
   Policy,
@@ -25,5 +27,5 @@ from chunkformer.eviction.specs import (
   label,
 )
 
-__all__ = ["H2O", "POLICIES", "ChunkKV", "ContentChunkKV", "Delimiter", "KNorm", "Policy",
-           "Router", "SnapKV", "StreamingLLM", "from_dict", "label"]
+__all__ = ["H2O", "POLICIES", "ChunkKV", "ChunkKVCut", "ContentChunkKV", "Delimiter", "KNorm",
+           "Policy", "Router", "SnapKV", "StreamingLLM", "from_dict", "label"]

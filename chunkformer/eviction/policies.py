@@ -73,30 +73,13 @@ def knorm(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_B)
 
 
 def chunkkv(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_B, *,
-            ends_BxT: Array, kernel: int, pooling: str) -> Array:
-  """ChunkKV: SnapKV's pooled scores summed over kv heads, averaged within chunks (closed by
-  ``ends_BxT``: a fixed grid or content boundaries), the best whole chunks of the prefix to
-  ``budget - W`` tokens, plus the W-token observation window. Per row; every kv head keeps
-  the same positions."""
-  del values_BxTxKxD
-  w = queries_BxWxHxD.shape[1]
-  pooled = scores_lib.snapkv_scores(keys_BxTxKxD, queries_BxWxHxD, lengths_B, kernel, pooling)
-  prefix_B = lengths_B - w
-  t = _positions(keys_BxTxKxD)
-  scores_BxT = jnp.where(t < prefix_B[:, None], pooled.sum(axis=1), 0.0)
-  keep = select.whole_chunks(scores_BxT, ends_BxT, budget - w, prefix_B)
-  keep = keep | ((t >= prefix_B[:, None]) & (t < lengths_B[:, None]))
-  return _heads(select.from_flags(keep, budget), keys_BxTxKxD)
-
-
-def chunkkv_whole(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_B, *,
-                  chunk: int, kernel: int, pooling: str) -> Array:
+            chunk: int, kernel: int, pooling: str) -> Array:
   """ChunkKV as published (ChunkKV's paper; kvpress's ChunkKVPress over SnapKV): a grid of
   ``chunk`` tokens from position 0 over the whole prompt, its last, shorter chunk a chunk of
   its own; each chunk scored by the mean over its tokens of SnapKV's pooled scores summed
   over kv heads, the W observation tokens scoring above every prefix token (SnapKV keeps its
   window: the chunks holding it rank first); the best chunks kept whole, never cut.
-  ``budget`` must be the last chunk plus whole chunks (``specs.ChunkKVWhole.tokens`` rounds
+  ``budget`` must be the last chunk plus whole chunks (``specs.ChunkKV.tokens`` rounds
   a budget down to that). Per row; every kv head keeps the same positions."""
   del values_BxTxKxD
   w = queries_BxWxHxD.shape[1]
@@ -105,4 +88,22 @@ def chunkkv_whole(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, le
   scores_BxT = jnp.where(t < (lengths_B - w)[:, None], pooled.sum(axis=1), jnp.inf)
   ends_BxT = jnp.broadcast_to(select.grid_ends(t.shape[1], chunk), scores_BxT.shape)
   keep = select.whole_chunks(scores_BxT, ends_BxT, budget, lengths_B)
+  return _heads(select.from_flags(keep, budget), keys_BxTxKxD)
+
+
+def chunkkv_cut(keys_BxTxKxD, values_BxTxKxD, queries_BxWxHxD, budget: int, lengths_B, *,
+                ends_BxT: Array, kernel: int, pooling: str) -> Array:
+  """ChunkKV filling its budget exactly (``chunkkv_cut``, and content chunks): SnapKV's pooled
+  scores summed over kv heads, averaged within chunks (closed by ``ends_BxT``: a fixed grid
+  or content boundaries) of the prefix before the observation window, the best chunks to
+  ``budget - W`` tokens, the first that does not fit cut to its first tokens, plus the W-token
+  window. Per row; every kv head keeps the same positions."""
+  del values_BxTxKxD
+  w = queries_BxWxHxD.shape[1]
+  pooled = scores_lib.snapkv_scores(keys_BxTxKxD, queries_BxWxHxD, lengths_B, kernel, pooling)
+  prefix_B = lengths_B - w
+  t = _positions(keys_BxTxKxD)
+  scores_BxT = jnp.where(t < prefix_B[:, None], pooled.sum(axis=1), 0.0)
+  keep = select.whole_chunks(scores_BxT, ends_BxT, budget - w, prefix_B)
+  keep = keep | ((t >= prefix_B[:, None]) & (t < lengths_B[:, None]))
   return _heads(select.from_flags(keep, budget), keys_BxTxKxD)

@@ -184,7 +184,8 @@ class KNorm(Policy):
 
 @dataclasses.dataclass(frozen=True)
 class _Chunked(Policy):
-  """ChunkKV's settings and its layer-wise index reuse; subclasses say where chunks close."""
+  """ChunkKV's settings and its layer-wise index reuse; subclasses say where chunks close
+  (``ends``). ``select`` here fills the budget exactly, cutting a chunk (``chunkkv_cut``)."""
 
   window: int = _static(32)
   kernel: int = _static(7)
@@ -215,18 +216,18 @@ class _Chunked(Policy):
       if index % self.layer_reuse:
         kept.append(kept[-1])
         continue
-      kept.append(policies.chunkkv(*layer, n, lengths_B, ends_BxT=ends_BxT, kernel=self.kernel,
-                                   pooling=self.pooling))
+      kept.append(policies.chunkkv_cut(*layer, n, lengths_B, ends_BxT=ends_BxT,
+                                       kernel=self.kernel, pooling=self.pooling))
     return kept
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ChunkKV(_Chunked):
-  """ChunkKV with a cut chunk: fixed chunks of ``chunk`` tokens aligned to position 0 over the
-  prefix before the observation window, the budget filled exactly by keeping the first
-  tokens of the first chunk that does not fit (the published method never cuts a chunk:
-  ``ChunkKVWhole``). Kept under this name because committed sweeps ran it."""
+  """ChunkKV as published (its paper; kvpress's ChunkKVPress over SnapKV): whole chunks only,
+  a grid of ``chunk`` tokens from position 0 over the whole prompt (``policies.chunkkv``); the
+  budget is rounded down to the prompt's last chunk plus whole chunks, so it keeps up to
+  ``chunk - 1`` tokens fewer than the budget (``ChunkKVCut`` fills it exactly)."""
 
   name = "chunkkv"
   chunk: int = _static(10)
@@ -238,16 +239,6 @@ class ChunkKV(_Chunked):
 
   def ends(self, tokens_BxT):
     return jnp.broadcast_to(select.grid_ends(tokens_BxT.shape[1], self.chunk), tokens_BxT.shape)
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class ChunkKVWhole(ChunkKV):
-  """ChunkKV as published: whole chunks only, a grid of ``chunk`` tokens over the whole prompt
-  (``policies.chunkkv_whole``); the budget is rounded down to the prompt's last chunk plus
-  whole chunks, so it keeps up to ``chunk - 1`` tokens fewer than the budget."""
-
-  name = "chunkkv_whole"
 
   def _cover(self, prompt_len: int) -> int:
     """Tokens of the chunks that hold the observation window (kept first)."""
@@ -271,9 +262,26 @@ class ChunkKVWhole(ChunkKV):
       if index % self.layer_reuse:
         kept.append(kept[-1])
         continue
-      kept.append(policies.chunkkv_whole(*layer, n, lengths_B, chunk=self.chunk,
-                                         kernel=self.kernel, pooling=self.pooling))
+      kept.append(policies.chunkkv(*layer, n, lengths_B, chunk=self.chunk, kernel=self.kernel,
+                                   pooling=self.pooling))
     return kept
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ChunkKVCut(ChunkKV):
+  """ChunkKV with a cut chunk, not the published method: the same settings and grid, but over
+  the prefix before the observation window (kept outside it), the budget filled exactly by
+  keeping the first tokens of the first chunk that does not fit (``policies.chunkkv_cut``).
+  The committed eviction sweep's first run used it (then under the name ``chunkkv``)."""
+
+  name = "chunkkv_cut"
+
+  def tokens(self, prompt_len: int) -> int:
+    return Policy.tokens(self, prompt_len)  # exact: no rounding to whole chunks
+
+  def select(self, layers, tokens_BxT, lengths_B, n):
+    return _Chunked.select(self, layers, tokens_BxT, lengths_B, n)
 
 
 @jax.tree_util.register_dataclass
@@ -294,7 +302,7 @@ class ContentChunkKV(_Chunked):
 
 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    StreamingLLM, SnapKV, H2O, KNorm, ChunkKV, ChunkKVWhole, ContentChunkKV)}
+    StreamingLLM, SnapKV, H2O, KNorm, ChunkKV, ChunkKVCut, ContentChunkKV)}
 
 
 def from_dict(spec: dict[str, Any], field: str = "eviction") -> Policy:

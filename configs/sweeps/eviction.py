@@ -25,12 +25,18 @@ was stopped), so STEPS = 600 (at least twice that, the demo's budget). A seed be
 held-out far accuracy before eviction is undecided in every eviction claim.
 
 Policies (every budget in tokens, of a prompt of 143 tokens): StreamingLLM (4 sinks), SnapKV
-(observation window 8, max pooling over 7), H2O (8 recent tokens), KNorm, ChunkKV with chunks
-of L = 4, 8 and 10 (ChunkKV's paper uses 10) on the grid from position 0, and content-chunked
-ChunkKV with the kv task's delimiter rule (configs/kv_delimiter.py: QUERY and two of the four
-filler ids close a chunk, chunks of 3 to 8 tokens, about 4 tokens each, so a needle's symbols
-share a chunk unless max_chunk cuts it), all with SnapKV's scorer and window 8. Budgets: 16,
-32 and 64 tokens (11%, 22% and 45% of the prompt; 8, 24 and 56 beyond the window).
+(observation window 8, max pooling over 7; kvpress's SnapKVPress uses window 64, kernel 5,
+average pooling), H2O (8 recent tokens), KNorm, ChunkKV with chunks of L = 4, 8 and 10
+(ChunkKV's paper uses 10) on the grid from position 0 in two forms: as published
+(``chunkkv``: whole chunks over the whole prompt, the budget rounded down to them: 15/15/13,
+31/31/23 and 63/63/63 tokens at L = 4/8/10) and cutting one chunk to fill the budget exactly
+(``chunkkv_cut``, a grid over the prefix before the window), and content-chunked ChunkKV with
+the kv task's delimiter rule (configs/kv_delimiter.py: QUERY and two of the four filler ids
+close a chunk, chunks of 3 to 8 tokens, about 4 tokens each, so a needle's symbols share a
+chunk unless max_chunk cuts it; it fills its budget as ``chunkkv_cut`` does), all with
+SnapKV's scorer and window 8. Budgets: 16, 32 and 64 tokens (11%, 22% and 45% of the prompt;
+8, 24 and 56 beyond the window). The first run (2026-12-03) had the cut form only, then named
+``chunkkv``; the published form was added and evaluated on 2026-12-05 (results/eviction/RUN.md).
 
 Cost (estimated 2026-12-03 before the first run, which took 38 min as one process on shared
 cores: results/eviction/RUN.md): training 600 steps at 2.1-3.6 steps/s on one
@@ -68,6 +74,7 @@ def policies(budgets=BUDGETS, chunks=CHUNKS, window=WINDOW, delimiters=None) -> 
             dict(policy="h2o", budget=b, recent=window),
             dict(policy="knorm", budget=b)]
     out += [dict(policy="chunkkv", budget=b, chunk=m, window=window) for m in chunks]
+    out += [dict(policy="chunkkv_cut", budget=b, chunk=m, window=window) for m in chunks]
     out.append(dict(policy="content_chunkkv", budget=b, window=window, **delimiters))
   return out
 
@@ -81,6 +88,7 @@ def _tiny():
   kinds = [dict(policy="streaming_llm", budget=8, sinks=2),
            dict(policy="snapkv", budget=8, window=2),
            dict(policy="chunkkv", budget=8, chunk=4, window=2),
+           dict(policy="chunkkv_cut", budget=8, chunk=4, window=2),
            dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3], min_chunk=2,
                 max_chunk=4)]
   return sweep_config(

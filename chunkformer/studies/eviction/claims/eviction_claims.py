@@ -7,15 +7,19 @@ common verdict of those that decide (``seed_rule.common_verdict``). A seed whose
 ``eviction_data.MODEL_ACCURACY`` before eviction is undecided. Holm within each claim over its
 seed-pooled tests; the per-seed tests stay at their own level (as for C1-C9).
 
-- E1: fixed-block eviction (ChunkKV, a grid of L tokens from position 0) gives an accuracy
-  period of exactly L: detected period = L and phase-test p < 0.01 at L (C1's test). Not
-  periodic counts as failing only where eviction bites: accuracy within [0.02, 0.98].
+- E1: fixed-block eviction (ChunkKV as published, whole chunks on a grid of L tokens from
+  position 0) gives an accuracy period of exactly L: detected period = L and phase-test
+  p < 0.01 at L (C1's test). Not periodic counts as failing only where eviction bites:
+  accuracy within [0.02, 0.98].
 - E2: content-chunked eviction (ChunkKV with delimiter chunks) removes it at equal budget:
-  against the ChunkKV groups of the same variant, depth and budget that are periodic (E1's
-  test, raw p) in the same seed (pooled: pooled), no period by the one "no period" standard
+  against the ChunkKV groups of the same variant, depth and budget setting (whole chunks
+  keep up to L - 1 tokens fewer) that are periodic (E1's test, raw p) in the same seed
+  (pooled: pooled), no period by the one "no period" standard
   (``standards.no_period``: p > 0.05 at each such L, no detected period) AND a smaller gap at
   each such L. Undecided without a periodic baseline, or when its accuracy is below 0.5 (a
   policy that keeps no needle has no period either).
+- E1 and E2 also read the cut-chunk variant (``chunkkv_cut``) by the same tests, beside the
+  verdict and never deciding it (``_beside``).
 - E3: SnapKV retrieves more needles than StreamingLLM at equal budget: the paired sign-flip
   test over haystacks (``stats.sign_flip``); a seed holds when p < 0.05 with SnapKV ahead,
   fails when p < 0.05 with StreamingLLM ahead, else undecided.
@@ -134,10 +138,8 @@ def _period_outcome(found: data.Analysed | None, length: int, p: float | None,
   return Outcome(False, "", numbers)
 
 
-def e1_claim(evidence) -> Claim:
-  groups = data.of_kind(data.collect(evidence.records, evidence.matrices), eviction.ChunkKV)
-  if not groups:
-    return _no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
+def _periods(groups: Sequence[data.Group], evidence) -> dict[str, tuple[list[Outcome], Outcome]]:
+  """E1's test of each grid group, per seed and pooled (Holm over ``groups``' pooled tests)."""
   kw = _resampling(evidence)
   per_seed = {g.name: [data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
               for g in groups}
@@ -152,7 +154,34 @@ def e1_claim(evidence) -> Claim:
     pool = _period_outcome(pooled[g.name], g.policy.chunk, p, _gate(g))
     pool.numbers.update(p_value_holm=p, holm_family=len(adjusted))
     out[g.name] = (seeds, pool)
-  return _combine("E1", out)
+  return out
+
+
+# The cut-chunk ChunkKV (``chunkkv_cut``) is judged by the same test beside ChunkKV as
+# published and never decides: the claims name ChunkKV, which keeps whole chunks.
+BESIDE = "chunkkv_cut (beside, not deciding)"
+
+
+def _beside(claim: Claim, variant: Claim | None) -> Claim:
+  """``claim`` with the cut-chunk variant's own reading added to its reason and numbers."""
+  if variant is None:
+    return claim
+  return dataclasses.replace(
+      claim, reason=f"{claim.reason}; beside it, not deciding, the cut-chunk variant "
+      f"chunkkv_cut reads {variant.verdict} ({variant.seeds_agreeing} seeds): {variant.reason}",
+      numbers={**claim.numbers, BESIDE: {"verdict": variant.verdict,
+                                         "seeds_agreeing": variant.seeds_agreeing,
+                                         "groups": dict(variant.numbers)}})
+
+
+def e1_claim(evidence) -> Claim:
+  found = data.collect(evidence.records, evidence.matrices)
+  groups = data.of_kind(found, eviction.ChunkKV)
+  if not groups:
+    return _no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
+  cut = data.of_kind(found, eviction.ChunkKVCut)
+  return _beside(_combine("E1", _periods(groups, evidence)),
+                 _combine("E1", _periods(cut, evidence)) if cut else None)
 
 
 # --- E2 ----------------------------------------------------------------------------------
@@ -186,15 +215,11 @@ def _periodic(found: data.Analysed | None, length: int) -> bool:
           and found.p_at[length] < standards.PERIOD_ALPHA)
 
 
-def e2_claim(evidence) -> Claim:
-  groups = data.collect(evidence.records, evidence.matrices)
-  cures = data.of_kind(groups, eviction.ContentChunkKV)
-  grids = data.of_kind(groups, eviction.ChunkKV)
-  if not cures:
-    return _no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
-                    "results")
+def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
+           evidence) -> dict[str, tuple[list[Outcome], Outcome]]:
+  """E2's test of each content group against the ``grids`` at its budget setting."""
   kw = _resampling(evidence)
-  bases = {c.name: [g for g in grids if data.same_setting(g, c)] for c in cures}
+  bases = {c.name: [g for g in grids if data.same_budget_setting(g, c)] for c in cures}
   lengths = {c.name: sorted({g.policy.chunk for g in bases[c.name]}) for c in cures}
   base_seed = {g.name: {r.seed: data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs}
                for g in grids}
@@ -220,7 +245,18 @@ def e2_claim(evidence) -> Claim:
                          _gate(c))
     pool.numbers.update(holm_family=len(adjusted))
     out[c.name] = (seeds, pool)
-  return _combine("E2", out)
+  return out
+
+
+def e2_claim(evidence) -> Claim:
+  groups = data.collect(evidence.records, evidence.matrices)
+  cures = data.of_kind(groups, eviction.ContentChunkKV)
+  if not cures:
+    return _no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
+                    "results")
+  cut = data.of_kind(groups, eviction.ChunkKVCut)
+  return _beside(_combine("E2", _cures(cures, data.of_kind(groups, eviction.ChunkKV), evidence)),
+                 _combine("E2", _cures(cures, cut, evidence)) if cut else None)
 
 
 # --- E3 ----------------------------------------------------------------------------------

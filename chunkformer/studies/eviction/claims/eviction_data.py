@@ -88,6 +88,13 @@ def same_setting(a: Group, b: Group) -> bool:
   return a.variant == b.variant and a.depth == b.depth and a.budget == b.budget
 
 
+def same_budget_setting(a: Group, b: Group) -> bool:
+  """One model variant, one depth, one budget as the policies were given it: E2's pairing,
+  since ChunkKV as published rounds its budget down to whole chunks (up to L - 1 tokens fewer
+  than a policy that fills the same budget exactly)."""
+  return a.variant == b.variant and a.depth == b.depth and a.policy.budget == b.policy.budget
+
+
 def _policy(spec: Mapping[str, Any], where: str) -> eviction.Policy:
   return eviction.from_dict(dict(spec), field=where)
 
@@ -164,7 +171,8 @@ class PhaseRow:
   label: str
   kind: str  # the policy's name (snapkv, chunkkv, ...)
   short: str  # the name with its chunk length: "chunkkv L=4" (figure legends)
-  budget: tuple[int, ...]
+  budget: tuple[int, ...]  # tokens kept
+  given: int | float  # the budget the policy was given (whole-chunk ChunkKV keeps fewer)
   depth: str
   seeds: int
   accuracy: float
@@ -173,7 +181,8 @@ class PhaseRow:
 
 def phase_rows(records: Sequence[VariantRecord], load: correctness.Loader | None,
                lengths: Sequence[int] = (4, 8, 10)) -> list[PhaseRow]:
-  """A row per group with stored matrices (every seed's), budget first, in the probe's order."""
+  """A row per group with stored matrices (every seed's), by the budget given, then in the
+  probe's order."""
   rows = []
   for g in collect(records, load):
     matrix = g.pooled()
@@ -186,6 +195,6 @@ def phase_rows(records: Sequence[VariantRecord], load: correctness.Loader | None
                 if matrix.offsets_J.size % m == 0}
     short = g.policy.name + (f" L={g.policy.chunk}" if isinstance(g.policy, eviction.ChunkKV)
                              else "")
-    rows.append(PhaseRow(g.variant, g.label, g.policy.name, short, g.budget, g.depth,
-                         len(g.runs), float(outcomes.mean()), residues))
-  return sorted(rows, key=lambda r: (r.variant, r.depth, r.budget))
+    rows.append(PhaseRow(g.variant, g.label, g.policy.name, short, g.budget, g.policy.budget,
+                         g.depth, len(g.runs), float(outcomes.mean()), residues))
+  return sorted(rows, key=lambda r: (r.variant, r.depth, r.given))

@@ -4,7 +4,7 @@ Formats ``claims.eviction_data.phase_rows`` (every number computed there, from t
 matrices pooled over seeds) and the verdicts of claims E1-E3: one table row per policy and
 budget (accuracy; per chunk length L the max-min gap over offset mod L and its weakest
 residue), the accuracy per residue with 95% Wilson intervals, and one figure per model
-variant and depth: a panel per budget and L, a line per policy (percentages).
+variant and depth: a panel per budget given and L, a line per policy (percentages).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from chunkformer.evaluation.report.sections import View
 from chunkformer.studies.eviction.claims.eviction_data import PhaseRow
 
 CLAIMS = ("E1", "E2", "E3")
+# line styles of the chunked policies in the figures (the others dashed with squares)
+STYLES = {"chunkkv": "o-", "chunkkv_cut": "^:", "content_chunkkv": "o-"}
 
 
 def _budget(row: PhaseRow) -> str:
@@ -38,7 +40,8 @@ def section(rows: Sequence[PhaseRow], claims: Sequence[Claim], plots_dir: str,
            "The cache pruned once after the prompt (`eviction_needles`), the answer decoded from "
            "what was kept; accuracy in %, every seed's haystacks pooled; gap = best - worst "
            "accuracy over the needle offset mod L (ChunkKV's grid starts at position 0), weakest "
-           "residue in brackets. Budget in tokens.", ""]
+           "residue in brackets. Budget in tokens kept (ChunkKV as published rounds the budget "
+           "it is given, in its label, down to whole chunks).", ""]
   for claim in (c for c in claims if c.id in CLAIMS):
     lines.append(f"- {claim.id} {claim.verdict} ({claim.seeds_agreeing} seeds): "
                  f"{claim.statement}")
@@ -68,7 +71,7 @@ def plot_phase_grid(rows: Sequence[PhaseRow], plots_dir: str) -> dict[tuple[str,
   out = {}
   for key in dict.fromkeys((r.variant, r.depth) for r in rows):
     mine = [r for r in rows if (r.variant, r.depth) == key]
-    budgets = list(dict.fromkeys(r.budget for r in mine))
+    budgets = list(dict.fromkeys(r.given for r in mine))
     lengths = sorted({m for r in mine for m in r.residues})
     kinds = list(dict.fromkeys(r.short for r in mine))
     figure = Figure(figsize=(3.2 * len(lengths) + 1.6, 2.4 * len(budgets)), dpi=100,
@@ -78,13 +81,13 @@ def plot_phase_grid(rows: Sequence[PhaseRow], plots_dir: str) -> dict[tuple[str,
     for i, budget in enumerate(budgets):
       for j, m in enumerate(lengths):
         ax = axes[i, j]
-        for r in (r for r in mine if r.budget == budget and m in r.residues):
-          style = "o-" if r.kind in ("chunkkv", "content_chunkkv") else "s--"
+        for r in (r for r in mine if r.given == budget and m in r.residues):
+          style = STYLES.get(r.kind, "s--")
           ax.plot(range(m), 100 * np.asarray(r.residues[m].accuracy), style, ms=3, lw=1,
                   color=f"C{kinds.index(r.short) % 10}", label=r.short)
         ax.set_ylim(-3, 103)
         ax.set_xticks(range(m))
-        ax.set_title(f"budget {'/'.join(map(str, budget))}, offset mod {m}", fontsize=9)
+        ax.set_title(f"budget {budget}, offset mod {m}", fontsize=9)
         if j == 0:
           ax.set_ylabel("accuracy %")
     handles, names = axes[0, 0].get_legend_handles_labels()

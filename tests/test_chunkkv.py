@@ -1,5 +1,7 @@
-"""ChunkKV as published (whole chunks only, a grid over the whole prompt, the budget rounded
-down to chunks) against a reference written from its description, on random inputs."""
+"""ChunkKV as published (``chunkkv``: whole chunks only, a grid over the whole prompt, the
+budget rounded down to chunks) against a reference written from its description, on random
+inputs; the cut-chunk variant under its own name (``chunkkv_cut``; its selection against a
+numpy reference: test_eviction_policies.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +9,9 @@ import numpy as np
 import pytest
 
 from chunkformer.config_sections.errors import ConfigError
-from chunkformer.eviction import ChunkKV, SnapKV, from_dict, label
+from chunkformer.eviction import POLICIES, ChunkKV, ChunkKVCut, SnapKV, from_dict, label
 from chunkformer.eviction import scores as scores_lib
-from chunkformer.eviction.specs import KVPRESS_SNAPKV, ChunkKVWhole, LayerInputs
+from chunkformer.eviction.specs import KVPRESS_SNAPKV, LayerInputs
 
 B, K, H, D = 3, 2, 4, 8
 
@@ -49,7 +51,7 @@ def test_whole_chunk_selection_matches_the_reference(t, budget, window, chunk, s
   queries = jnp.asarray(rng.normal(size=(B, window, H, D)), jnp.float32)
   tokens = jnp.zeros((B, t), jnp.int32)
   lengths = jnp.full((B,), t, jnp.int32)
-  policy = ChunkKVWhole(budget=budget, window=window, chunk=chunk, kernel=3)
+  policy = ChunkKV(budget=budget, window=window, chunk=chunk, kernel=3)
   n = policy.tokens(t)
   whole = budget if isinstance(budget, int) else round(budget * t)
   assert n == t % chunk + chunk * ((whole - t % chunk) // chunk)  # rounded down to chunks
@@ -65,18 +67,29 @@ def test_whole_chunk_selection_matches_the_reference(t, budget, window, chunk, s
 
 
 def test_the_cut_variant_keeps_its_own_name_and_fills_the_budget_exactly():
-  assert ChunkKVWhole.name == "chunkkv_whole" and ChunkKV.name == "chunkkv"
-  assert ChunkKV(budget=23, window=4, chunk=5).tokens(43) == 23
-  assert ChunkKVWhole(budget=23, window=4, chunk=5).tokens(43) == 23  # 3 + 4 x 5
-  assert ChunkKVWhole(budget=22, window=4, chunk=5).tokens(43) == 18
-  policy = from_dict({"policy": "chunkkv_whole", "budget": 20, "window": 4, "chunk": 5})
-  assert isinstance(policy, ChunkKVWhole) and label(policy).startswith("chunkkv_whole-b20")
+  assert ChunkKV.name == "chunkkv" and ChunkKVCut.name == "chunkkv_cut"
+  assert ChunkKVCut(budget=22, window=4, chunk=5).tokens(43) == 22
+  assert ChunkKV(budget=23, window=4, chunk=5).tokens(43) == 23  # 3 + 4 x 5
+  assert ChunkKV(budget=22, window=4, chunk=5).tokens(43) == 18
+  policy = from_dict({"policy": "chunkkv", "budget": 20, "window": 4, "chunk": 5})
+  assert type(policy) is ChunkKV and label(policy).startswith("chunkkv-b20")
+  cut = from_dict({"policy": "chunkkv_cut", "budget": 20, "window": 4, "chunk": 5})
+  assert type(cut) is ChunkKVCut and label(cut) == (
+      "chunkkv_cut-b20-window4-kernel7-poolingmax-layer_reuse1-chunk5")
+
+
+def test_an_unknown_policy_name_is_refused_naming_every_known_one():
+  assert list(POLICIES) == ["streaming_llm", "snapkv", "h2o", "knorm", "chunkkv", "chunkkv_cut",
+                            "content_chunkkv"]
+  with pytest.raises(ConfigError, match="allowed: streaming_llm, snapkv, h2o, knorm, chunkkv, "
+                     "chunkkv_cut, content_chunkkv"):
+    from_dict({"policy": "chunk_kv", "budget": 20})
 
 
 def test_a_budget_that_cannot_hold_the_window_chunks_is_refused():
-  with pytest.raises(ConfigError, match="eviction.chunkkv_whole.budget"):
+  with pytest.raises(ConfigError, match="eviction.chunkkv.budget"):
     # the window's 7 tokens lie in the last chunk (1 token) and two chunks of 5: 11 > 6 kept
-    ChunkKVWhole(budget=8, window=7, chunk=5).tokens(41)
+    ChunkKV(budget=8, window=7, chunk=5).tokens(41)
 
 
 def test_kvpress_snapkv_settings_are_selectable():
