@@ -98,7 +98,7 @@ def report(rows, reps: int, phis: dict[str, float]) -> str:
 
 
 PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism")
-REPS = {"lookup": 2000, "needles": 400, "c5": 2000, "eviction": 400, "e3": 2000,
+REPS = {"lookup": 2000, "needles": 250, "c5": 2000, "eviction": 250, "e3": 2000,
         "mechanism": 2000}
 TITLES = {
     "needles": "C1 and C2 (needle study's period test and the one \"no period\" standard), "
