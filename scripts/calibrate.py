@@ -1,13 +1,20 @@
-"""Calibration by simulation of the lookup period tests: type-I error and power per deciding
-test, at the paper protocol's accuracies and prompt counts. One command:
+"""Calibration by simulation of every deciding test: type-I error and power at the committed
+sweeps' accuracies and sizes. One command regenerates everything:
 
-  python scripts/calibrate.py [--reps 2000] [--seed 0] [--out results/calibration]
+  python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism] [--seed 0]
+                              [--small] [--out results/calibration]
 
-Writes ``OUT/calibration.json`` (every row, the truths, the settings), ``OUT/report.md`` (the
-table) and ``OUT/RUN.md`` (the command, when and where it ran, how long). The truths, rules
-and checks are ``chunkformer.evaluation.stats.calibration``; the target positions are those of
-the paper protocol's lookup probe (24 residues, 576 prompts per residue, 128-token rows with
-16 records and 8 demonstrations: t_K in [1, 108], matched in mean and variance).
+Parts: ``lookup`` (C10-C12's period tests on 24 residues x 576 prompts,
+``chunkformer.evaluation.stats.calibration``; its target positions are those of the paper
+protocol's lookup probe: 128-token rows with 16 records and 8 demonstrations, t_K in [1, 108]
+matched in mean and variance), ``needles`` (C1, C2 and the bootstrap intervals on 32 x 48
+matrices, ``studies/needles/claims/calibration``), ``c5`` (the paired gap difference),
+``eviction`` (E1, E2 on 32 x 40), ``e3`` (the sign-flip test), ``mechanism`` (C14-C16,
+``studies/paper/claims/mechanism_calibration``). Each part writes ``OUT/<part>.json`` (the
+lookup part ``OUT/calibration.json``) with its command, commit, date and wall time; every run
+rewrites ``OUT/report.md`` (one table per test) and ``OUT/RUN.md`` from every part found, so a
+part can be rerun alone. ``--small``: 40 units per truth and 500 permutations (a minute;
+not for committing).
 """
 
 from __future__ import annotations
@@ -28,7 +35,15 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 from chunkformer.data import matched_positions  # noqa: E402
-from chunkformer.evaluation.stats import calibration, period_effect  # noqa: E402
+from chunkformer.evaluation.stats import (  # noqa: E402
+  calibration,
+  matrix_calibration,
+  period_effect,
+  shared_prompts,
+)
+from chunkformer.studies.eviction.claims import calibration as eviction_calibration  # noqa: E402
+from chunkformer.studies.needles.claims import calibration as needle_calibration  # noqa: E402
+from chunkformer.studies.paper.claims import mechanism_calibration  # noqa: E402
 
 # The paper protocol's lookup rows (configs/sweeps/paper_protocol.py, cpu_study): BOS at 0,
 # 16 records, 8 demonstrations, 128 tokens: t_K from 1 to 1 + 77 + 2 * 16 - 2 = 108.
@@ -82,39 +97,156 @@ def report(rows, reps: int, phis: dict[str, float]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--reps", type=int, default=2000)
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--out", default=os.path.join(ROOT, "results", "calibration"))
-  args = parser.parse_args()
-  start, began, commit = time.time(), datetime.datetime.now(datetime.UTC), _commit()
-  rows = calibration.run(args.reps, seed=args.seed, positions_YxR=paper_positions())
+PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism")
+REPS = {"lookup": 2000, "needles": 250, "c5": 2000, "eviction": 250, "e3": 2000,
+        "mechanism": 2000}
+TITLES = {
+    "needles": "C1 and C2 (needle study's period test and the one \"no period\" standard), "
+               "and the bootstrap intervals under the two poolings",
+    "c5": "C5 (paired bootstrap interval of gap(M=2) - gap(M=4))",
+    "eviction": "E1 and E2 (the period test and the \"no period\" standard on eviction "
+                "matrices)",
+    "e3": "E3 (paired sign-flip test over haystacks)",
+    "mechanism": "C14-C16 (knockout concentration, gate alignment, gate cycling)",
+}
+
+
+def _lookup(args, reps: int) -> dict:
+  rows = calibration.run(reps, seed=args.seed, positions_YxR=paper_positions())
   rng = np.random.default_rng(args.seed)
   phis = {name: calibration.seed_phi(t, rng) for name, t in calibration.TRUTHS.items()
           if t.seeds > 1}
-  seconds = time.time() - start
+  return {"reps": reps, "seed": args.seed, "alpha": period_effect.ALPHA,
+          "residues": calibration.RESIDUES, "prompts_per_residue": calibration.PROMPTS,
+          "truths": {k: dataclasses.asdict(t) for k, t in calibration.TRUTHS.items()},
+          "rules": {k: text for k, (text, _) in calibration.RULES.items()},
+          "seed_phi": phis, "rows": [r.record() for r in rows]}
+
+
+def _matrix_part(part: str, args, reps: int) -> dict:
+  perms = 500 if args.small else 2000
+  run = {"needles": lambda: needle_calibration.run(reps, seed=args.seed, num_permutations=perms,
+                                                   num_resamples=perms),
+         "c5": lambda: needle_calibration.c5_run(reps, seed=args.seed, num_resamples=perms),
+         "eviction": lambda: eviction_calibration.run(reps, seed=args.seed,
+                                                      num_permutations=perms),
+         "e3": lambda: eviction_calibration.e3_run(reps, seed=args.seed, num_permutations=perms),
+         "mechanism": lambda: (mechanism_calibration.c14_run(reps, seed=args.seed)
+                               + mechanism_calibration.c15_run(reps, seed=args.seed)
+                               + mechanism_calibration.c16_run(reps, seed=args.seed))}[part]
+  out = {"reps": reps, "seed": args.seed, "permutations": perms,
+         "rows": [r.record() for r in run()]}
+  if part == "needles":
+    out["truths"] = {k: dict(dataclasses.asdict(t), M=m)
+                     for k, (t, m) in needle_calibration.TRUTHS.items()}
+    out["design_effect"] = _design_effects(args.seed)
+  if part == "eviction":
+    out["truths"] = {k: dict(dataclasses.asdict(t), L=m)
+                     for k, (t, m) in eviction_calibration.TRUTHS.items()}
+  return out
+
+
+def _design_effects(seed: int) -> dict[str, float]:
+  """How much the shared effects make three seeds agree (``shared_prompts.seed_agreement``,
+  1 = independent, 3 = identical), averaged over 50 draws per truth."""
+  rng = np.random.default_rng(seed)
+  return {name: float(np.mean([shared_prompts.seed_agreement(matrix_calibration.simulate(t, rng))
+                               for _ in range(50)]))
+          for name, (t, _) in needle_calibration.TRUTHS.items()
+          if name in ("flat", "period_m4", "period_m4_independent")}
+
+
+def _file(out: str, part: str) -> str:
+  return os.path.join(out, "calibration.json" if part == "lookup" else f"{part}.json")
+
+
+def _matrix_table(part: str, record: dict) -> list[str]:
+  lines = ["", f"## {TITLES[part]}", "",
+           f"{record['reps']} simulated units per truth, {record['permutations']} permutations "
+           "and bootstrap resamples per test; rates and Monte-Carlo standard errors in percent.",
+           "", "| test | truth | sizes | accuracy | decision counted | kind | rate (%) | MC s.e. "
+           "| bound | passes |", "|---|---|---|--:|---|---|--:|--:|--:|---|"]
+  for r in record["rows"]:
+    bound = "-" if r["bound"] is None else _pct(r["bound"])
+    passes = "-" if r["passes"] is None else ("yes" if r["passes"] else "**no**")
+    lines.append(f"| {r['test']} | {r['truth']} | {r['sizes']} | {_pct(r['accuracy'])} | "
+                 f"{r['rule']} | {r['kind']} | {_pct(r['rate'])} | {_pct(r['mc_error'])} | "
+                 f"{bound} | {passes} |")
+  truths = record.get("truths") or {}
+  if truths:
+    lines += ["", "Truths (probit sd of the haystack effect / the needle effect shared by the "
+              "seeds):", ""]
+    lines += [f"- `{k}`: {t['description']} (tested at {t.get('M', t.get('L'))}; "
+              f"{t['tau']} / {t['needle_tau']})" for k, t in truths.items()]
+  if "design_effect" in record:
+    lines += ["", "Design effect of counting each seed's answer as a new haystack "
+              "(`shared_prompts.seed_agreement`, 1 = independent seeds, 3 = identical): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in record["design_effect"].items()) + "."]
+  return lines
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--parts", default=",".join(PARTS))
+  parser.add_argument("--reps", type=int, default=0, help="units per truth (0: each part's "
+                      "default)")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--small", action="store_true")
+  parser.add_argument("--out", default=os.path.join(ROOT, "results", "calibration"))
+  args = parser.parse_args()
+  parts = [p for p in args.parts.split(",") if p]
+  unknown = sorted(set(parts) - set(PARTS))
+  if unknown:
+    parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
   os.makedirs(args.out, exist_ok=True)
-  record = {"reps": args.reps, "seed": args.seed, "alpha": period_effect.ALPHA,
-            "residues": calibration.RESIDUES, "prompts_per_residue": calibration.PROMPTS,
-            "truths": {k: dataclasses.asdict(t) for k, t in calibration.TRUTHS.items()},
-            "rules": {k: text for k, (text, _) in calibration.RULES.items()},
-            "seed_phi": phis, "rows": [r.record() for r in rows]}
-  with open(os.path.join(args.out, "calibration.json"), "w") as f:
-    json.dump(record, f, indent=1)
-  with open(os.path.join(args.out, "report.md"), "w") as f:
-    f.write(report(rows, args.reps, phis))
-  command = "python scripts/calibrate.py" + (
-      "" if args.reps == 2000 else f" --reps {args.reps}") + (
-      "" if args.seed == 0 else f" --seed {args.seed}")
-  failing = [f"{r.truth} / {r.rule}" for r in rows if r.passes is False]
-  with open(os.path.join(args.out, "RUN.md"), "w") as f:
-    f.write(f"# Calibration run\n\n    {command}\n\n"
-            f"Ran {began:%Y-%m-%d %H:%M} UTC at commit {commit} for {seconds:.0f} s "
-            f"({platform.machine()}, numpy {np.__version__}, {os.cpu_count()} CPUs seen, "
-            f"shared with other work). Deterministic for a given seed and reps.\n\n"
-            f"Checks that fail their bound: {', '.join(failing) if failing else 'none'}.\n")
-  print(report(rows, args.reps, phis))
+  for part in parts:
+    reps = args.reps or (40 if args.small else REPS[part])
+    start, began = time.time(), datetime.datetime.now(datetime.UTC)
+    record = _lookup(args, reps) if part == "lookup" else _matrix_part(part, args, reps)
+    flags = (f" --parts {part}" + (f" --reps {args.reps}" if args.reps else "")
+             + (" --small" if args.small else "") + (f" --seed {args.seed}" if args.seed else ""))
+    record["run"] = {"command": "python scripts/calibrate.py" + flags, "commit": _commit(),
+                     "date": f"{began:%Y-%m-%d %H:%M} UTC", "seconds": round(time.time() - start),
+                     "load": os.getloadavg()[0]}
+    with open(_file(args.out, part), "w") as f:
+      json.dump(record, f, indent=1)
+    print(f"{part}: {record['run']['seconds']} s", flush=True)
+  _write_report(args.out)
+
+
+def _write_report(out: str) -> None:
+  found = {p: json.load(open(_file(out, p))) for p in PARTS if os.path.exists(_file(out, p))}
+  text = ["# Calibration by simulation of the deciding tests", "",
+          "A type-I error passes when it is at most its bound (alpha) plus two Monte-Carlo "
+          "standard errors of a rate equal to the bound; a power at >= 80%; a coverage or a "
+          "\"holds under its truth\" rate at >= its bound minus two such errors. \"reported\" "
+          "rows decide nothing. How each part ran: `RUN.md`.", ""]
+  if "lookup" in found:
+    lookup = found["lookup"]
+    rows = [calibration.Row(**r) for r in lookup["rows"]]
+    text += ["## C10-C12 (the lookup period tests)", "",
+             report(rows, lookup["reps"], lookup["seed_phi"]).split("\n", 2)[2]]
+  for part in PARTS[1:]:
+    if part in found:
+      text += _matrix_table(part, found[part])
+  failing = [f"{r.get('test', 'lookup')} {r['truth']} / {r['rule']}"
+             for rec in found.values() for r in rec["rows"] if r["passes"] is False]
+  with open(os.path.join(out, "report.md"), "w") as f:
+    f.write("\n".join(text) + "\n")
+  run = ["# Calibration runs", "", "One command regenerates every part: "
+         "`python scripts/calibrate.py` (deterministic for a given seed and reps). Each part "
+         "as it last ran:", "", "| part | command | commit | date | wall time (s) | load |",
+         "|---|---|---|---|--:|--:|"]
+  for part, rec in found.items():
+    r = rec.get("run")
+    run.append(f"| {part} | `{r['command']}` | {r['commit']} | {r['date']} | {r['seconds']} | "
+               f"{r['load']:.1f} |" if r else f"| {part} | `python scripts/calibrate.py` | "
+               "627ae95 | 2026-12-04 22:05 UTC | 912 | - |")
+  run += ["", f"Machine: {platform.machine()}, numpy {np.__version__}, {os.cpu_count()} CPUs "
+          "seen, shared with other work (load: the 1-minute load average at the start).", "",
+          "Checks that fail their bound: " + ("; ".join(failing) if failing else "none") + "."]
+  with open(os.path.join(out, "RUN.md"), "w") as f:
+    f.write("\n".join(run) + "\n")
 
 
 if __name__ == "__main__":
