@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from chunkformer import eviction
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import number
@@ -83,13 +84,16 @@ def _gate(run_or_group) -> Outcome | None:
   return None
 
 
-def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]]) -> Claim:
-  """The seed rule per group, the common verdict over groups, the claim's record."""
+def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
+             in_force: claim_rules.Rules | None = None) -> Claim:
+  """The seed rule per group (as the claim rules ``in_force`` say; default: the current
+  ones), the common verdict over groups, the claim's record."""
+  in_force = in_force or claim_rules.get(claim_rules.CURRENT)
   rules: dict[str, SeedAgreement] = {}
   numbers: dict[str, Any] = {}
   for name, (seeds, pooled) in per_group.items():
     rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
-                                 min_agree=min(2, len(seeds)))
+                                 min_agree=in_force.min_agree(len(seeds)))
     numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
                      "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
                      "seed_rule": rules[name].record()}
@@ -180,8 +184,8 @@ def e1_claim(evidence) -> Claim:
   if not groups:
     return _no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
   cut = data.of_kind(found, eviction.ChunkKVCut)
-  return _beside(_combine("E1", _periods(groups, evidence)),
-                 _combine("E1", _periods(cut, evidence)) if cut else None)
+  return _beside(_combine("E1", _periods(groups, evidence), evidence.rules),
+                 _combine("E1", _periods(cut, evidence), evidence.rules) if cut else None)
 
 
 # --- E2 ----------------------------------------------------------------------------------
@@ -255,8 +259,9 @@ def e2_claim(evidence) -> Claim:
     return _no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
                     "results")
   cut = data.of_kind(groups, eviction.ChunkKVCut)
-  return _beside(_combine("E2", _cures(cures, data.of_kind(groups, eviction.ChunkKV), evidence)),
-                 _combine("E2", _cures(cures, cut, evidence)) if cut else None)
+  published = data.of_kind(groups, eviction.ChunkKV)
+  return _beside(_combine("E2", _cures(cures, published, evidence), evidence.rules),
+                 _combine("E2", _cures(cures, cut, evidence), evidence.rules) if cut else None)
 
 
 # --- E3 ----------------------------------------------------------------------------------
@@ -309,4 +314,4 @@ def e3_claim(evidence) -> Claim:
                            adjust=lambda p, k=key: adjusted[k], **kw)[0]
     pool.numbers.update(holm_family=len(adjusted))
     out[f"{a.name} vs {b.label}"] = (seeds, pool)
-  return _combine("E3", out)
+  return _combine("E3", out, evidence.rules)
