@@ -19,6 +19,7 @@ import shutil
 import pytest
 
 from chunkformer.evaluation.claims import registry
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness, loss_rows, results_file
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.report import markdown as report
@@ -53,7 +54,8 @@ def _evidence(sweep: str) -> registry.Evidence:
   s = results.settings
   return registry.evidence(
       results.variants, correctness.loader(os.path.join(RESULTS, sweep)), seed=s["seed"],
-      num_resamples=s["num_resamples"], num_permutations=s["num_permutations"])
+      num_resamples=s["num_resamples"], num_permutations=s["num_permutations"],
+      rules=claim_rules.of_settings(s))  # the rules the sweep is decided by
 
 
 def test_rounding_tolerant_comparison_still_sees_every_other_difference():
@@ -225,7 +227,8 @@ def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
     # One seed per variant and no M=2: the claims without the correctness matrices agree with
     # the sweep's except C6 (the demo stores init gains: its slot-gain null decides C6) and
     # the haystack-level test the cure claims report beside (it reads the matrices).
-    plain = registry.decide(results_file.load(_path(sweep)).variants)
+    stored = results_file.load(_path(sweep))
+    plain = registry.decide(stored.variants, rules=claim_rules.of_settings(stored.settings))
     beside = "; under the haystack-level test"
     assert [c.verdict for c in plain if c.id != "C6"] == [c.verdict for c in claims
                                                           if c.id != "C6"]
