@@ -15,8 +15,10 @@ def test_a_lowest_phase_inside_the_next_ones_band_is_not_a_single_weakest_phase(
   close = _table([0.10, 0.12, 0.99, 1.0], [0.05, 0.07, 0.97, 0.98], [0.15, 0.17, 1.0, 1.0])
   assert not close.weakest_separated
   assert close.weakest_text() == "no single weakest phase (lowest 0)"
+  assert close.weakest_label() == "(0)"
   clear = _table([0.10, 0.60, 0.99, 1.0], [0.05, 0.50, 0.97, 0.98], [0.15, 0.70, 1.0, 1.0])
   assert clear.weakest_separated and clear.weakest_text() == "weakest phase 0"
+  assert clear.weakest_label() == "0"
 
 
 def test_the_analysis_separates_a_clear_blind_phase_and_not_two_equal_ones():

@@ -108,18 +108,13 @@ def _variant_section(record: VariantRecord, directory: str) -> list[str]:
     lines += ["Weakest phase in parentheses: only the lowest, its band overlaps another "
               "phase's.", "", "| M | max gap | weakest phase | periodic share | p |",
               "|--:|--:|--:|--:|--:|"]
-    lines += [f"| {t.chunk_size} | {_interval(t.table.gap)} | {_weakest(t.table)} "
+    lines += [f"| {t.chunk_size} | {_interval(t.table.gap)} | {t.table.weakest_label()} "
               f"| {number(t.periodic_share, '.3f')} | {p_value(t.p_value)} |"
               for t in a.by_chunk_size]
     lines.append("")
   for caption, path in record.images.items():
     lines += [f"![{caption}]({_relative(path, directory)})", ""]
   return lines
-
-
-def _weakest(table) -> str:
-  """The weakest phase, in parentheses when its band overlaps another phase's."""
-  return str(table.weakest_phase) if table.weakest_separated else f"({table.weakest_phase})"
 
 
 def claims_table(claims: Sequence[Claim]) -> str:

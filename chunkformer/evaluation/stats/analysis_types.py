@@ -114,6 +114,10 @@ class PhaseTable:
       return f"weakest phase {self.weakest_phase}"
     return f"no single weakest phase (lowest {self.weakest_phase})"
 
+  def weakest_label(self) -> str:
+    """The weakest phase for a table cell: in parentheses when it is not separated."""
+    return str(self.weakest_phase) if self.weakest_separated else f"({self.weakest_phase})"
+
   def to_json(self) -> Json:
     return {"phases": list(self.phases), **self.accuracy.to_json("accuracy_by_phase"),
             "weakest_phase": self.weakest_phase, **self.gap.to_json("max_gap"),

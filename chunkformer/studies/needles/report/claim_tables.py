@@ -123,8 +123,7 @@ def chunk_phase_table(rows: Sequence[summaries.ChunkPhaseRow]) -> list[str]:
         f"{p}: {number(a, '.2f')}" + ("" if shares is None else
                                   f" ({shares.get(p, 0.0):.1%})")
         for p, a in zip(c.phases, c.accuracy.values, strict=True))
-    weakest = str(c.weakest_phase) if c.weakest_separated else f"({c.weakest_phase})"
-    lines.append(f"| {r.name} | 0..{max(c.phases)} | {weakest} | "
+    lines.append(f"| {r.name} | 0..{max(c.phases)} | {c.weakest_label()} | "
                  f"{row.weakest_accuracy:.3f} | {c.gap.value:.3f} | {c.p_value:.3g} | {listed} |")
   return lines
 
