@@ -19,7 +19,7 @@ alpha within Monte-Carlo error) or a power (bound: 0.8), or is only reported (to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -216,21 +216,27 @@ def _verdict(kind: str, rate: float, reps: int, alpha: float) -> tuple[float | N
   return None, None
 
 
+def truth_streams(names: Sequence[str], entropy) -> dict[str, np.random.Generator]:
+  """One random stream per simulated truth, spawned from ``entropy`` (a seed, or a seed and
+  a part number), so the rules judged on one truth read the same draws."""
+  spawned = np.random.SeedSequence(entropy).spawn(len(names))
+  return {name: np.random.default_rng(s) for name, s in zip(names, spawned, strict=True)}
+
+
 def run(reps: int, *, seed: int = 0, positions_YxR: np.ndarray | None = None,
         checks: tuple[Check, ...] = CHECKS, prompts: int = PROMPTS) -> list[Row]:
   """One row per check: the rate over ``reps`` simulated units (one stream per truth, so a
   truth's rules read the same draws). ``positions_YxR``: the sweep's target positions, needed
   by truths with a drift (those checks are skipped without them)."""
-  rng_root = np.random.SeedSequence(seed)
   names = sorted({c.truth for c in checks})
-  streams = dict(zip(names, rng_root.spawn(len(names)), strict=True))
+  streams = truth_streams(names, seed)
   rows = []
   for name in names:
     truth = TRUTHS[name]
     mine = [c for c in checks if c.truth == name]
     if truth.drift and positions_YxR is None:
       continue
-    rng = np.random.default_rng(streams[name])
+    rng = streams[name]
     hits = np.zeros(len(mine))
     for _ in range(reps):
       x = simulate(truth, rng, prompts=prompts, positions_YxR=positions_YxR)

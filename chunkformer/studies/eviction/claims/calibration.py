@@ -23,6 +23,7 @@ import numpy as np
 
 from chunkformer.evaluation.claims.standards import NULL_ALPHA, PERIOD_ALPHA, no_period
 from chunkformer.evaluation.stats import matrix_calibration as mc
+from chunkformer.evaluation.stats.calibration import truth_streams
 from chunkformer.evaluation.stats.matrix_calibration import MatrixTruth
 from chunkformer.evaluation.stats.seed_rule import REPRODUCED, pool_seeds, seed_agreement
 from chunkformer.studies.eviction.claims.eviction_claims import PAIRED_ALPHA
@@ -111,11 +112,11 @@ def _kind(key: str, name: str) -> tuple[str, float | None]:
 def run(reps: int, *, seed: int = 0, names: tuple[str, ...] | None = None,
         num_permutations: int = 2000) -> list[mc.Rate]:
   names = tuple(TRUTHS) if names is None else names
-  streams = dict(zip(names, np.random.SeedSequence([seed, 1]).spawn(len(names)), strict=True))
+  streams = truth_streams(names, [seed, 1])
   rows = []
   for name in names:
     truth, m = TRUTHS[name]
-    rng = np.random.default_rng(streams[name])
+    rng = streams[name]
     found = [unit(truth, m, rng, num_permutations=num_permutations) for _ in range(reps)]
     for key, claim, words in _ROWS:
       kind, bound = _kind(key, name)
@@ -152,11 +153,11 @@ def e3_unit(a: float, b: float, rng: np.random.Generator, *,
 
 def e3_run(reps: int, *, seed: int = 0, num_permutations: int = 2000) -> list[mc.Rate]:
   names = tuple(E3_TRUTHS)
-  streams = dict(zip(names, np.random.SeedSequence([seed, 3]).spawn(len(names)), strict=True))
+  streams = truth_streams(names, [seed, 3])
   rows = []
   for name in names:
     a, b = E3_TRUTHS[name]
-    rng = np.random.default_rng(streams[name])
+    rng = streams[name]
     found = [e3_unit(a, b, rng, num_permutations=num_permutations) for _ in range(reps)]
     size = "32 haystacks x 40 offsets x 3 seeds, two policies"
     words = f"SnapKV {a:.3f} vs StreamingLLM {b:.3f}"

@@ -30,6 +30,7 @@ import numpy as np
 
 from chunkformer.evaluation.claims.standards import NULL_ALPHA, PERIOD_ALPHA, no_period
 from chunkformer.evaluation.stats import matrix_calibration as mc
+from chunkformer.evaluation.stats.calibration import truth_streams
 from chunkformer.evaluation.stats.matrix_calibration import MatrixTruth, dip
 from chunkformer.evaluation.stats.seed_rule import REPRODUCED, pool_seeds, seed_agreement
 from chunkformer.studies.needles.stats import paired_gap
@@ -137,10 +138,10 @@ def run(reps: int, *, seed: int = 0, names: tuple[str, ...] | None = None,
   """C1, C2 and interval rows for every truth in ``names`` (all by default)."""
   rows = []
   names = tuple(TRUTHS) if names is None else names
-  streams = dict(zip(names, np.random.SeedSequence(seed).spawn(len(names)), strict=True))
+  streams = truth_streams(names, seed)
   for name in names:
     truth, m = TRUTHS[name]
-    rng = np.random.default_rng(streams[name])
+    rng = streams[name]
     found = [unit(truth, m, rng, num_permutations=num_permutations,
                   num_resamples=num_resamples) for _ in range(reps)]
     for key, claim, words in _ROWS:
@@ -178,13 +179,13 @@ def c5_unit(a: MatrixTruth, b: MatrixTruth, rng: np.random.Generator, *,
 def c5_run(reps: int, *, seed: int = 0, names: tuple[str, ...] | None = None,
            num_resamples: int = 2000) -> list[mc.Rate]:
   names = tuple(C5_TRUTHS) if names is None else names
-  streams = dict(zip(names, np.random.SeedSequence([seed, 5]).spawn(len(names)), strict=True))
+  streams = truth_streams(names, [seed, 5])
   rows = []
   for name in names:
     pa, pb, words = C5_TRUTHS[name]
     a = MatrixTruth(f"{name}_m2", words, pa, **SHARED)
     b = MatrixTruth(f"{name}_m4", words, pb, **SHARED)
-    rng = np.random.default_rng(streams[name])
+    rng = streams[name]
     found = [c5_unit(a, b, rng, num_resamples=num_resamples) for _ in range(reps)]
     null = a.gap - b.gap >= -1e-9  # equal gaps up to round-off are the null's boundary
     checks: list[tuple[str, str, str, float | None]] = [
