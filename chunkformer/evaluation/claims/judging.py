@@ -29,7 +29,7 @@ class Judged:
   pooled: Mapping[str, VariantRecord]  # variant -> its seed-pooled record (``seed_pooling``)
   tables: Mapping[str, Any]  # study -> the statistics its report sections show
   evidence: registry.Evidence | None = None
-  rules: claim_rules.Rules = claim_rules.RULES[claim_rules.CURRENT]  # the deciding rules
+  rules: claim_rules.Rules = claim_rules.CURRENT_RULES  # the deciding rules
   # Every claim under the current rules, when the deciding rules are older (else empty).
   current: tuple[Claim, ...] = ()
 
@@ -56,5 +56,5 @@ def judge(records: Sequence[VariantRecord], matrices: correctness.Loader | None,
   current = ()
   if deciding.version != claim_rules.CURRENT:
     current = tuple(registry.decide_on(registry.evidence(
-        records, matrices, rules=claim_rules.get(claim_rules.CURRENT), **kw)))
+        records, matrices, rules=claim_rules.CURRENT_RULES, **kw)))
   return Judged(tuple(claims), tuple(lines), found.pooled, tables, found, deciding, current)

@@ -43,7 +43,7 @@ class Evidence:
   plan_flags: Mapping[str, str] = dataclasses.field(default_factory=dict)
   loss_rows: RowsLoader | None = None  # unit -> its per-token loss rows
   prepared: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  rules: claim_rules.Rules = claim_rules.RULES[claim_rules.CURRENT]
+  rules: claim_rules.Rules = claim_rules.CURRENT_RULES
 
   @property
   def resampling(self) -> dict[str, int]:
@@ -81,10 +81,9 @@ def evidence(records: Sequence[VariantRecord], matrices: correctness.Loader | No
              num_resamples: int = 2000, num_permutations: int = 2000,
              plan_flags: Mapping[str, str] | None = None,
              loss_rows: RowsLoader | None = None,
-             rules: claim_rules.Rules | None = None) -> Evidence:
+             rules: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Evidence:
   """The evidence of a sweep under ``rules`` (default: the current ones), each installed
   study's part prepared; ``pooled`` computed from ``matrices`` when not given."""
-  rules = rules or claim_rules.RULES[claim_rules.CURRENT]
   resampling = dict(seed=seed, num_resamples=num_resamples, num_permutations=num_permutations)
   if pooled is None:
     pooled = seed_pooling.pooled_records(records, matrices, rules=rules, **resampling)

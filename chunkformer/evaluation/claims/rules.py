@@ -69,6 +69,7 @@ RULES = {
                decided_blocks_only=True, period=EFFECT_SIZE),
 }
 CURRENT = "2"
+CURRENT_RULES = RULES[CURRENT]  # the default of every function that judges under rules
 UNVERSIONED = "1"  # a results.json written before the rules had versions
 
 # What each version changed from the one before, and why (the report quotes these).

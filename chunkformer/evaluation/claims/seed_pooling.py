@@ -56,9 +56,8 @@ def _same_offsets(matrices: Sequence[correctness.Matrix]) -> bool:
 
 def pool(runs: Sequence[VariantRecord], load: Loader, *, seed: int = 0,
          num_resamples: int = 2000, num_permutations: int = 2000,
-         rules: claim_rules.Rules | None = None) -> VariantRecord | None:
+         rules: claim_rules.Rules = claim_rules.CURRENT_RULES) -> VariantRecord | None:
   """One variant's seeds as one record (module docstring); None without comparable matrices."""
-  rules = rules or claim_rules.RULES[claim_rules.CURRENT]
   name = runs[0].primary_matrix_name
   loaded = [load(r.name) for r in runs]
   if name is None or any(m is None or name not in m for m in loaded):
@@ -135,7 +134,8 @@ def _depth(record: VariantRecord, matrix_name: str) -> float:
 
 def pooled_records(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
                    num_resamples: int = 2000, num_permutations: int = 2000,
-                   rules: claim_rules.Rules | None = None) -> dict[str, VariantRecord]:
+                   rules: claim_rules.Rules = claim_rules.CURRENT_RULES
+                   ) -> dict[str, VariantRecord]:
   """variant -> its seed-pooled record (module docstring); variants without one are absent."""
   out = {}
   for variant, runs in by_variant(records).items():

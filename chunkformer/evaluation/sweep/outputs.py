@@ -164,7 +164,7 @@ def _rules_change(judged: judging.Judged) -> markdown.RulesChange | None:
   """What the report says about the claim rules when older ones decide (else None)."""
   if not judged.current:
     return None
-  now = claim_rules.get(claim_rules.CURRENT)
+  now = claim_rules.CURRENT_RULES
   return markdown.RulesChange(
       judged.rules.version, judged.rules.written, now.version, now.written,
       claim_rules.changes_since(judged.rules.version), judged.current)

@@ -85,10 +85,9 @@ def _gate(run_or_group) -> Outcome | None:
 
 
 def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
-             in_force: claim_rules.Rules | None = None) -> Claim:
+             in_force: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
   """The seed rule per group (as the claim rules ``in_force`` say; default: the current
   ones), the common verdict over groups, the claim's record."""
-  in_force = in_force or claim_rules.get(claim_rules.CURRENT)
   rules: dict[str, SeedAgreement] = {}
   numbers: dict[str, Any] = {}
   for name, (seeds, pooled) in per_group.items():

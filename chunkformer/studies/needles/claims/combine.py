@@ -99,7 +99,7 @@ def _variant_rule(mine: Sequence[Any], pooled: Sequence[Any] | None,
 
 def from_judgments(claim_id: str, judgments: Sequence[Any],
                    pooled: Sequence[Any] | None = None,
-                   rules: claim_rules.Rules | None = None) -> Claim:
+                   rules: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
   """One claim (``claim_id``) from ``judgments.judge``'s judgments (module docstring), under
   ``rules`` (default: the current claim rules).
 
@@ -109,7 +109,6 @@ def from_judgments(claim_id: str, judgments: Sequence[Any],
     pooled: the judgments of the variants' seed-pooled records (``pooling``); a variant
       with several seeds and no pooled judgment of the claim has no pooled test.
   """
-  rules = rules or claim_rules.get(claim_rules.CURRENT)
   pooled = list(pooled or ())
   pooled_variants = {_variant(j) for j in pooled if j.records}
   mine = [j for j in judgments if j.claim == claim_id and j.records]

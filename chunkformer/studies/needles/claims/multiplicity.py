@@ -66,11 +66,11 @@ def _haystack(runs: Sequence[VariantRecord], load: correctness.Loader, *, seed: 
 
 def adjusted_tests(records: Sequence[VariantRecord], pooled: Mapping[str, VariantRecord],
                    load: correctness.Loader | None, *, seed: int = 0,
-                   num_permutations: int = 2000, rules: claim_rules.Rules | None = None
+                   num_permutations: int = 2000,
+                   rules: claim_rules.Rules = claim_rules.CURRENT_RULES
                    ) -> dict[str, judgments.Adjusted]:
   """record name -> ``judgments.Adjusted`` (module docstring), for the records and their
   seed-pooled records."""
-  rules = rules or claim_rules.get(claim_rules.CURRENT)
   holm_of: dict[tuple[str, str], tuple[float, int]] = {}
   for family in holm_families(pooled).values():
     for (name, which, _), q in zip(family, holm([p for *_, p in family]), strict=True):

@@ -62,10 +62,9 @@ def _site_numbers(null: Mapping[str, Any], has_init: bool) -> dict[str, Any]:
 
 
 def c6_claim(records: Sequence[VariantRecord], *, seed: int = 0,
-             num_permutations: int = 2000, rules: claim_rules.Rules | None = None
+             num_permutations: int = 2000, rules: claim_rules.Rules = claim_rules.CURRENT_RULES
              ) -> Claim | None:
   """C6 from the slot-gain null per site (module docstring); None without realised gains."""
-  rules = rules or claim_rules.get(claim_rules.CURRENT)
   by_variant: dict[str, list[VariantRecord]] = {}
   for r in records:
     if judgments.is_plain_fixed(r) and r.slot_gain:

@@ -54,7 +54,7 @@ def _interval_verdict(d) -> str:
 
 def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader, *,
               seed: int, num_resamples: int, confidence: float = 0.95,
-              rules: claim_rules.Rules | None = None) -> dict[str, Any] | None:
+              rules: claim_rules.Rules = claim_rules.CURRENT_RULES) -> dict[str, Any] | None:
   """The paired gap difference of one needle length over the seeds with both matrices."""
   a_rows, b_rows, seeds, offsets, unlearned = [], [], [], None, []
   for a, b in pairs:
@@ -84,7 +84,6 @@ def _c5_group(pairs: Sequence[tuple[VariantRecord, VariantRecord]], load: Loader
               for x, y in zip(a_rows, b_rows, strict=True)]
   verdict = _interval_verdict(result.difference)
   extra: dict[str, Any] = {}
-  rules = rules or claim_rules.get(claim_rules.CURRENT)
   if not rules.one_seed_decides:  # the one seed rule: each seed's own interval is its outcome
     own = [_interval_verdict(paired_gap.gap_difference(
         x[None], phases_a, y[None], phases_b, num_resamples=num_resamples,
@@ -129,10 +128,9 @@ def c5_group_name(key_len: int, value_len: int, steps: int) -> str:
 
 
 def c5_claim(records: Sequence[VariantRecord], load: Loader | None, *, seed: int = 0,
-             num_resamples: int = 2000, rules: claim_rules.Rules | None = None
+             num_resamples: int = 2000, rules: claim_rules.Rules = claim_rules.CURRENT_RULES
              ) -> Claim | None:
   """C5 from the paired gap difference (module docstring); None without paired matrices."""
-  rules = rules or claim_rules.get(claim_rules.CURRENT)
   if load is None:
     return None
   plain = [r for r in records if judgments.is_plain_fixed(r) and r.setup.task == "kv"]

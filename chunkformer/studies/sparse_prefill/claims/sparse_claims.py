@@ -70,13 +70,13 @@ def _gate(run_or_group) -> Outcome | None:
 
 
 def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
-             claim_rules_in_force: claim_rules.Rules) -> Claim:
+             in_force: claim_rules.Rules) -> Claim:
   """The seed rule per group, the common verdict over groups, the claim's record."""
   rules: dict[str, SeedAgreement] = {}
   numbers: dict[str, Any] = {}
   for name, (seeds, pooled) in per_group.items():
     rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
-                                 min_agree=claim_rules_in_force.min_agree(len(seeds)))
+                                 min_agree=in_force.min_agree(len(seeds)))
     numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
                      "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
                      "seed_rule": rules[name].record()}
