@@ -12,7 +12,7 @@ Version 1 (up to 2026-12-04): the needle, eviction and sparse-prefill studies le
 decide a variant that has one (``min(2, n)`` seeds agreeing); seeds were pooled by stacking
 their haystack or prompt rows as new ones; C5 counted the seeds of undecided needle blocks;
 C10-C12 decided a period by the lack-of-fit test behind a 20% lookup gate.
-Version 2 (2026-12-05, issue "a judge that agrees with its data"): two seeds agreeing in every
+Version 2 (2026-12-05, so that the judge agrees with its data): two seeds agreeing in every
 study, never one; seeds that answer the same haystacks or prompts pooled with the haystack or
 prompt as the unit (its outcome averaged over the seeds); C5 counts decided blocks only;
 C10-C12 decided by the period decision by effect size with a power gate
