@@ -1,7 +1,7 @@
 """The registered ``eviction_lookup`` probe: the position-matched tests under eviction on a tiny
 random full-attention model. Keeping everything gives the plain test's outcomes; keeping only
 BOS gives what a forward pass in which the decoded tokens cannot see the records gives; bad
-options and other layer kinds are refused by name."""
+options and other layer kinds are refused by name (or, with ``full_only``, skipped)."""
 
 import types
 
@@ -138,3 +138,7 @@ def test_bad_options_and_other_layer_kinds_are_refused_by_name(context):
       model=types.SimpleNamespace(layers=layers)), workdir="-")
   with pytest.raises(ConfigError, match=r"'model.layers\[1\].kind'"):
     PROBES["eviction_lookup"](ProbeContext(windowed, None, "unit", (4,)), policies=[KEEP_ALL])
+  # full_only: the same model records nothing instead (a sweep mixing attention kinds)
+  skipped = PROBES["eviction_lookup"](ProbeContext(windowed, None, "unit", (4,)),
+                                      policies=[KEEP_ALL], full_only=True)
+  assert skipped.record is None and not skipped.matrices

@@ -22,7 +22,10 @@ variant's ``probes`` and in ``DIR/correct/<unit>.npz``.
 """
 
 import os
+from collections.abc import Sequence
 
+from chunkformer import config as config_lib
+from chunkformer.data import lookup_task
 from configs.paper import runs
 from configs.sweeps import seeded_units, sweep_config, variant
 
@@ -71,9 +74,77 @@ def cpu_study():
                       probes=dict(CPU_PROBES), plan="results/paper_protocol/PLAN.md")
 
 
+# Plan version 5 (results/paper_plan5/PLAN.md): blocks in training order, run -> seeds.
+PLAN5_BLOCK_A = {name: 3 for name in (
+    "full_1kv", "full_4kv", "full_8kv",
+    "w8s8_1kv", "w4s4_1kv", "w8s4_1kv", "w8s6_1kv", "w12s12_1kv", "w8s8_8kv",
+    "w8s8_1kv_nope", "w8s8_1kv_uniform", *runs.CURES)}
+PLAN5_BLOCK_B = {name: 3 for name in runs.RUNS if name not in PLAN5_BLOCK_A}
+PLAN5_SIZES = ("small", "large")
+PLAN5_SIZE_RUNS = ("w8s8_1kv", "full_1kv")
+PLAN5_SIZE_SEEDS = 2
+PLAN5_STEPS = 12_000  # PLAN.md section 2: one budget for every unit
+# PLAN.md section 1: 14 demonstrations per row (15 scored lookups instead of 9), in training and
+# in every lookup probe (the pilot with 15 learned, RUN.md; 14 leaves the target 3 periods of 24)
+PLAN5_DEMOS = 14
+PLAN5_LOOKUP = {"num_records": 16, "num_demos": PLAN5_DEMOS}
+# PLAN.md section 3: the eviction policies on the full-attention units (others record none).
+PLAN5_EVICTION_BUDGETS = (16, 24)  # tokens: half and three quarters of the 32 record tokens
+PLAN5_EVICTION_WINDOW = 8
+
+
+def plan5_eviction_policies(values: Sequence[int]) -> list[dict]:
+  """PLAN.md section 3's policies, budget-major; ``values``: the value token ids, each of
+  which closes a content chunk (a record is one chunk)."""
+  w = PLAN5_EVICTION_WINDOW
+  out = []
+  for b in PLAN5_EVICTION_BUDGETS:
+    out += [dict(policy="streaming_llm", budget=b, sinks=4),
+            dict(policy="snapkv", budget=b, window=w),
+            dict(policy="h2o", budget=b, recent=w)]
+    out += [dict(policy="chunkkv", budget=b, chunk=m, window=w) for m in (4, 8)]
+    out.append(dict(policy="content_chunkkv", budget=b, window=w, delimiters=list(values),
+                    min_chunk=2, max_chunk=8))
+  return out
+
+
+def _cpu_values() -> tuple[int, ...]:
+  """The value token ids of the CPU size's lookup rows (every run shares its data fields)."""
+  data = config_lib.from_dict(runs.get_run_config("full_1kv").to_dict()).data
+  return tuple(lookup_task.default_tokens(data)["values"])
+
+
+def plan5():
+  """Plan version 5 (results/paper_plan5/PLAN.md): 98 units in the plan's training order."""
+  steps = {"train.steps": PLAN5_STEPS, "train.warmup_steps": round(PLAN5_STEPS / 30),
+           "train.eval_every": PLAN5_STEPS, "train.checkpoint_every": PLAN5_STEPS // 4,
+           "data.lookup_demos": PLAN5_DEMOS}
+  units = {}
+  for block in (PLAN5_BLOCK_A, PLAN5_BLOCK_B):
+    units.update(seeded_units({name: (variant(runs.source(name), steps), n)
+                               for name, n in block.items()}))
+  units.update(seeded_units({f"size_{size}_{name}": (variant(runs.source(name, size), steps),
+                                                     PLAN5_SIZE_SEEDS)
+                             for size in PLAN5_SIZES for name in PLAN5_SIZE_RUNS}))
+  probes = {name: dict(options, **PLAN5_LOOKUP) if "num_demos" in options else dict(options)
+            for name, options in CPU_PROBES.items()}
+  # PLAN.md section 3: every residue group one multiset of positions shifted by the residue,
+  # and the in-sequence padding whose neighbours' phases do not follow the target's
+  probes["lookup"] = dict(probes["lookup"], prompts_per_residue=576, positions="shift",
+                          paddings=("prefix", lookup_task.DECORRELATED))
+  probes["eviction_lookup"] = dict(
+      policies=plan5_eviction_policies(_cpu_values()), test="lookup", modulus=8,
+      prompts_per_residue=128, paddings=("prefix",), positions="shift", full_only=True,
+      **PLAN5_LOOKUP)
+  return sweep_config(units, name="paper_plan5", eval_batch_size=32, reference_chunk_size=8,
+                      probes=probes, plan="results/paper_plan5/PLAN.md", rules="3")
+
+
 def get_config(names: str = ""):
   if names == "cpu_study":
     return cpu_study()
+  if names == "plan5":
+    return plan5()
   if not names:
     raise ValueError("name paper runs or run directories: "
                      "--config configs/sweeps/paper_protocol.py:RUN1,RUN2")

@@ -17,6 +17,11 @@ study, never one; seeds that answer the same haystacks or prompts pooled with th
 prompt as the unit (its outcome averaged over the seeds); C5 counts decided blocks only;
 C10-C12 decided by the period decision by effect size with a power gate
 (``stats.period_effect``).
+Version 3 (2026-12-05, written with plan version 5 of the paper's table before any of its
+units trained): C13 pairs each compressed row with the full-attention row of its number of KV
+heads (the paper's W8/S8 8 KV against full 8 KV), and the lookup period decisions adjust for
+the target position (a cubic, ``residue_effect.from_prompts``) wherever the answer matrices
+store it (the shifted-positions design moves the mean position with the residue).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ STACKED = "stacked"  # seeds' rows stacked as more haystacks or prompts
 PROMPT_MEAN = "prompt_mean"  # each haystack's or prompt's outcome averaged over the seeds
 LACK_OF_FIT = "lack_of_fit"
 EFFECT_SIZE = "effect_size"
+MOST_SEEDS = "most_seeds"  # C13: one reference, the full row with the most seeds
+SAME_KV_HEADS = "same_kv_heads"  # C13: each row against the full row of its KV heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +52,8 @@ class Rules:
   seed_pooling: str  # STACKED | PROMPT_MEAN
   decided_blocks_only: bool  # C5's seed count: only needle blocks that decide
   period: str  # LACK_OF_FIT | EFFECT_SIZE (C10-C12)
+  c13_pairing: str = MOST_SEEDS  # MOST_SEEDS | SAME_KV_HEADS: C13's full-attention reference
+  position_term: bool = False  # lookup period decisions adjust for stored target positions
 
   def min_agree(self, num_seeds: int) -> int:
     """Seeds that must agree for a variant with ``num_seeds`` seeds to decide."""
@@ -67,8 +76,11 @@ RULES = {
                decided_blocks_only=False, period=LACK_OF_FIT),
     "2": Rules("2", "2026-12-05", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
                decided_blocks_only=True, period=EFFECT_SIZE),
+    "3": Rules("3", "2026-12-05", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
+               decided_blocks_only=True, period=EFFECT_SIZE, c13_pairing=SAME_KV_HEADS,
+               position_term=True),
 }
-CURRENT = "2"
+CURRENT = "3"
 CURRENT_RULES = RULES[CURRENT]  # the default of every function that judges under rules
 UNVERSIONED = "1"  # a results.json written before the rules had versions
 
@@ -90,6 +102,17 @@ CHANGES = {
          "within a phase of clearly S-periodic models, and the 20% gate would reject the "
          "paper's own full-attention control (18.8%); docs/claims.md, \"Period by effect "
          "size\""),
+    ),
+    "3": (
+        ("C13 pairs each compressed row with the full-attention row of its number of KV "
+         "heads",
+         "the paper's comparison is W8/S8 8 KV against full 8 KV; one reference for every row "
+         "compared rows whose KV heads differ (written with plan version 5 before its units "
+         "trained, after the plan-version-4 results had been read)"),
+        ("lookup period decisions adjust for the target position where the answer matrices "
+         "store it",
+         "the shifted-positions design (every central moment matched) moves the mean position "
+         "by the residue, which a position effect would turn into a residue effect"),
     ),
 }
 

@@ -33,7 +33,7 @@ from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
 from chunkformer.data import long_needle, lookup_task, matched_positions, word_tokens
 from chunkformer.evaluation import stats
-from chunkformer.evaluation.probes import loaded_model
+from chunkformer.evaluation.probes import loaded_model, needle_sweep
 from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.residue_test import ResidueTest
@@ -132,12 +132,22 @@ def _per_residue(modulus: int, prompts_per_residue: int) -> int:
 
 
 def _score(predict, prompts: lookup_task.Prompts, stride: int | None):
-  predictions = predict(prompts.rows())["predictions"]
-  outcomes = prompts.correct(predictions)
+  """The residue summary and the matrix: outcomes, the target positions, and for a model that
+  forms its own chunks (its predictor returns ``ends``) the target key's phase inside the
+  chunk it landed in."""
+  out = predict(prompts.rows())
+  outcomes = prompts.correct(out["predictions"])
   summary = residue_accuracy.summarize(outcomes, prompts.residues, prompts.modulus, stride)
-  matrix = correctness.Matrix(
-      residue_accuracy.by_residue(outcomes, prompts.residues, prompts.modulus).astype(np.float64),
-      np.arange(prompts.modulus))
+
+  def by_residue(values_N):
+    return residue_accuracy.by_residue(values_N, prompts.residues, prompts.modulus)
+
+  phases = None
+  if "ends" in out:
+    phases = by_residue(needle_sweep.chunk_phases(np.asarray(out["ends"]),
+                                                  prompts.target_positions))
+  matrix = correctness.Matrix(by_residue(outcomes).astype(np.float64), np.arange(prompts.modulus),
+                              phases_YxJ=phases, positions_YxJ=by_residue(prompts.target_positions))
   return summary, matrix
 
 
@@ -164,13 +174,13 @@ def _checked(spec, name: str):
 def lookup_spec(context: ProbeContext, name: str, *, modulus: int, prompts_per_residue: int,
                 num_records: int, num_demos: int, padding: str, keys, values, filler,
                 bos, vocabulary: str = TASK, word_seed: int = 0, num_keys: int = 0,
-                num_values: int = 0) -> lookup_task.LookupSpec:
+                num_values: int = 0, positions: str = "moments") -> lookup_task.LookupSpec:
   """The lookup task of probe ``name`` on the context's model (defaults as in ``probe``),
   checked: a ConfigError naming ``sweep.probes.<name>`` and the field otherwise."""
   tokens = _tokens(context, name, keys, values, filler, bos, vocabulary, word_seed, num_keys,
                    num_values)
   spec = lookup_task.LookupSpec(seq_len=context.trained.config.data.seq_len, modulus=modulus,
-                                num_demos=num_demos, padding=padding,
+                                num_demos=num_demos, padding=padding, positions=positions,
                                 prompts_per_residue=_per_residue(modulus, prompts_per_residue),
                                 **tokens)
   if not num_records:
@@ -185,8 +195,11 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
           paddings: Sequence[str] = lookup_task.PADDINGS, seed: int = 2609, stride: int = 0,
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
           filler: int | None = None, bos: int | str | None = DEFAULT, vocabulary: str = TASK,
-          word_seed: int = 0, num_keys: int = 0, num_values: int = 0) -> ProbeResult:
-  """The ``lookup`` entry of ``PROBES``: the lookup task in each of ``paddings``.
+          word_seed: int = 0, num_keys: int = 0, num_values: int = 0,
+          positions: str = "moments") -> ProbeResult:
+  """The ``lookup`` entry of ``PROBES``: the lookup task in each of ``paddings``
+  (``lookup_task.ALL_PADDINGS``), target positions drawn by the design ``positions``
+  (``lookup_task.POSITION_DESIGNS``).
 
   ``prompts_per_residue`` 0 takes the smallest group that matches exactly (576 for modulus
   24); ``num_records`` 0 takes min(64, distinct keys, a quarter of the record region's
@@ -198,14 +211,14 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
       prompts_per_residue=prompts_per_residue, num_records=num_records, num_demos=num_demos,
       paddings=paddings, seed=seed, stride=stride, keys=keys, values=values, filler=filler,
       bos=bos, vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
-      num_values=num_values)
+      num_values=num_values, positions=positions)
   return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
 
 
 def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per_residue: int,
                 num_records: int, num_demos: int, paddings: Sequence[str], seed: int,
                 stride: int, keys, values, filler, bos, vocabulary: str, word_seed: int,
-                num_keys: int, num_values: int,
+                num_keys: int, num_values: int, positions: str = "moments",
                 name: str = "lookup") -> tuple[ResidueTest, dict[str, correctness.Matrix]]:
   """``probe``'s test and matrices (per padding) with the predictor ``predict_for(spec)``
   (``spec``: the padding's checked ``LookupSpec``); ``name`` is the probe entry errors name."""
@@ -214,7 +227,8 @@ def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per
                num_values=num_values)
   specs = [lookup_spec(context, name, modulus=modulus, prompts_per_residue=prompts_per_residue,
                        num_records=num_records, num_demos=num_demos, padding=padding, keys=keys,
-                       values=values, filler=filler, bos=bos, **words) for padding in paddings]
+                       values=values, filler=filler, bos=bos, positions=positions, **words)
+           for padding in paddings]
   if not specs:
     raise ConfigError(f"config field 'sweep.probes.{name}.paddings': name at least one of "
                       f"{', '.join(lookup_task.PADDINGS)}")

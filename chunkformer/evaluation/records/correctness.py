@@ -38,6 +38,9 @@ class Matrix:
   correct_YxJ: np.ndarray  # outcomes in [0, 1]
   offsets_J: np.ndarray
   phases_YxJ: np.ndarray | None = None
+  # the target's position in its row, where the design varies it within an offset (the
+  # lookup test's residue groups): what a position term in the analysis adjusts for
+  positions_YxJ: np.ndarray | None = None
 
 
 # unit name -> its matrices, or None when not stored (``loader`` reads DIR)
@@ -67,8 +70,9 @@ def save(path: str, matrices: Mapping[str, Matrix]) -> str:
                        f"offsets_J {m.offsets_J.shape}")
     arrays[f"{name}.correct_YxJ"] = _stored(m.correct_YxJ)
     arrays[f"{name}.offsets_J"] = np.asarray(m.offsets_J, np.int64)
-    if m.phases_YxJ is not None:
-      arrays[f"{name}.phases_YxJ"] = np.asarray(m.phases_YxJ, np.int64)
+    for part in ("phases_YxJ", "positions_YxJ"):
+      if getattr(m, part) is not None:
+        arrays[f"{name}.{part}"] = np.asarray(getattr(m, part), np.int64)
   return save_arrays(path, arrays)
 
 
@@ -82,7 +86,7 @@ def save_arrays(path: str, arrays: Mapping[str, np.ndarray]) -> str:
   return path
 
 
-_PARTS = ("correct_YxJ", "offsets_J", "phases_YxJ")
+_PARTS = ("correct_YxJ", "offsets_J", "phases_YxJ", "positions_YxJ")
 
 
 def _matrix_names(names: list[str]) -> str:
@@ -101,7 +105,7 @@ def load(path: str) -> dict[str, Matrix]:
   data = reading.npz_arrays(path, "a correctness file", _matrix_names)
   names = sorted({key.rsplit(".", 1)[0] for key in data})
   return {name: Matrix(data[f"{name}.correct_YxJ"].astype(np.float64), data[f"{name}.offsets_J"],
-                       data.get(f"{name}.phases_YxJ"))
+                       data.get(f"{name}.phases_YxJ"), data.get(f"{name}.positions_YxJ"))
           for name in names}
 
 

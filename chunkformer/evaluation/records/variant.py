@@ -61,7 +61,7 @@ IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 # Setup fields newer than some committed results.json files: absent there, they take the
 # dataclass default (what those runs had), and at their default they are not written.
 _ADDED_LATER = ("key_shift_frozen_steps", "query_shift", "compress_window", "window_align",
-                "gate", "offset_maps")
+                "gate", "offset_maps", "num_kv_heads")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +94,7 @@ class VariantSetup:
   key_shift_width: int = 0
   key_shift_frozen_steps: int = 0  # train.shift_frozen_steps: updates before the shift trains
   query_shift: bool = False  # model.query_shift: the queries carry the same shift
+  num_kv_heads: int = 0  # model.num_kv_heads (0: not recorded, files written before it)
   window: int = 0
   task: str = "kv"
   key_len: int = 1

@@ -79,6 +79,7 @@ def describe(variant: Variant) -> VariantSetup:
       stagger_mode=first.stagger if compressed else "none",
       random_phase=bool(compressed and first.random_phase), key_shift=bool(m.key_shift),
       key_shift_width=m.key_shift, key_shift_frozen_steps=frozen, query_shift=m.query_shift,
+      num_kv_heads=m.num_kv_heads,
       window=first.window, task=data.task, key_len=data.key_len, value_len=data.value_len,
       seq_len=data.seq_len,
       seed=variant.config.seed, source=variant.source,

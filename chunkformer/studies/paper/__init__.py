@@ -51,11 +51,13 @@ def _period(claim_id: str, function):
 
 def _c13(e):
   """C13, its full-attention reference gated as the claim rules say: the 20% lookup gate
-  (version 1), or the reference row judged flat by effect size (current: its power gate)."""
+  (version 1), or the reference row judged flat by effect size (its power gate, versions 2-3);
+  one reference for every row, or each row's of its KV heads (version 3)."""
   reference = None
   if e.rules.period == claim_rules.EFFECT_SIZE:
     reference = effect_size.flat_reference(e.prepared.get(effect_size.STUDY))
-  return paper_claims.c13(e.records, flags=e.plan_flags, reference_gate=reference)
+  return paper_claims.c13(e.records, flags=e.plan_flags, reference_gate=reference,
+                          same_kv_heads=e.rules.c13_pairing == claim_rules.SAME_KV_HEADS)
 
 
 _VOCABULARY_CHECKED = ("lookup", "long_needle", "gate_cycling", "head_knockout")

@@ -17,7 +17,8 @@ Each policy's record holds the config dict, the prompt and budget in tokens, the
 stride-repeat, per padding mode) and the names of its correctness matrices (prompts x residue),
 stored as ``eviction_lookup_<matrix key>`` (``eviction_needles.matrix_key`` of the policy's
 label and the mode: no '.'). A model with other than full-attention layers is refused
-(ConfigError naming the layer field).
+(ConfigError naming the layer field), unless the option ``full_only`` is set: then such a
+model records None, so a sweep that mixes attention kinds asks its full-attention units only.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ TESTS = {"lookup": (lookup.probe, lookup.lookup_test),
          "long_needle": (lookup.needle_probe, lookup.needle_test)}
 SHARED = ("modulus", "prompts_per_residue", "seed", "stride", "keys", "values", "filler", "bos",
           "vocabulary", "word_seed", "num_keys", "num_values")
-OWN = {"lookup": ("num_records", "num_demos", "paddings"),
+OWN = {"lookup": ("num_records", "num_demos", "paddings", "positions"),
        "long_needle": ("key_len", "value_len", "spread")}
 # Options whose default differs between the tests: None in this probe's signature = the test's.
 _PER_TEST = ("modulus", "seed", *OWN["lookup"], *OWN["long_needle"])
@@ -85,19 +86,23 @@ def probe(context: ProbeContext, policies: Sequence[Mapping[str, Any]] = (),
           test: str = "lookup", modulus: int | None = None, prompts_per_residue: int = 0,
           seed: int | None = None, stride: int = 0, num_records: int | None = None,
           num_demos: int | None = None, paddings: Sequence[str] | None = None,
-          key_len: int | None = None, value_len: int | None = None, spread: int | None = None,
+          positions: str | None = None, key_len: int | None = None,
+          value_len: int | None = None, spread: int | None = None,
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
           filler: int | None = None, bos: int | str | None = lookup.DEFAULT,
           vocabulary: str = lookup.TASK, word_seed: int = 0, num_keys: int = 0,
-          num_values: int = 0, batch_size: int = 32) -> ProbeResult:
+          num_values: int = 0, batch_size: int = 32, full_only: bool = False) -> ProbeResult:
   """The test's residue table under each policy (module docstring)."""
   chosen = eviction_needles.chosen_policies(policies, FIELD)
   options = test_options(test, dict(
       modulus=modulus, prompts_per_residue=prompts_per_residue, seed=seed, stride=stride,
-      num_records=num_records, num_demos=num_demos, paddings=paddings, key_len=key_len,
-      value_len=value_len, spread=spread, keys=keys, values=values, filler=filler, bos=bos,
-      vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys, num_values=num_values))
+      num_records=num_records, num_demos=num_demos, paddings=paddings, positions=positions,
+      key_len=key_len, value_len=value_len, spread=spread, keys=keys, values=values,
+      filler=filler, bos=bos, vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
+      num_values=num_values))
   trained = context.trained
+  if full_only and any(attn.kind != "full" for attn in trained.config.model.layers):
+    return ProbeResult(None)
   prune.check_model(trained.config.model)
   # task rows go through a loaded model's token map, words are its own ids already
   mapping = (run_tokens.for_run(trained.workdir, trained.config)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
@@ -57,28 +58,53 @@ def _gate(stride: int | None) -> tuple[float, int, float]:
   return period_effect.PERIODIC_DIP, stride, CHANCE
 
 
-def _matrix(load: correctness.Loader | None, unit: str, padding: str) -> np.ndarray | None:
-  found = None if load is None else load(unit)
-  matrix = (found or {}).get(f"lookup_{padding}")
-  return None if matrix is None else matrix.correct_YxJ
+# The in-sequence role is played by the decorrelated padding where a unit has it instead
+# (plan version 5; lookup_task.DECORRELATED).
+_MATRIX_KEYS = {"prefix": ("prefix",), "in_sequence": ("in_sequence", "in_sequence_decorrelated")}
 
 
-def _decide(stack: list[np.ndarray | None], stride: int | None):
-  if not stack or any(x is None for x in stack) or len({x.shape for x in stack}) != 1:
+def _matrix(load: correctness.Loader | None, unit: str,
+            padding: str) -> correctness.Matrix | None:
+  found = (None if load is None else load(unit)) or {}
+  return next((found[f"lookup_{k}"] for k in _MATRIX_KEYS[padding] if f"lookup_{k}" in found),
+              None)
+
+
+def _positions(stack: list[correctness.Matrix]) -> np.ndarray | None:
+  """The target positions every seed's prompts share, None unless all store the same."""
+  found = [m.positions_YxJ for m in stack]
+  if any(p is None for p in found) or any(not np.array_equal(p, found[0]) for p in found):
     return None
-  table = residue_effect.from_prompts(np.stack(stack))
+  return found[0]
+
+
+def _decide(stack: list[correctness.Matrix | None], stride: int | None,
+            rules: claim_rules.Rules = claim_rules.CURRENT_RULES):
+  if not stack or any(x is None for x in stack) or len({x.correct_YxJ.shape
+                                                        for x in stack}) != 1:
+    return None
+  positions = _positions(stack) if rules.position_term else None
+  table = residue_effect.from_prompts(np.stack([x.correct_YxJ for x in stack]),
+                                      positions_YxR=positions)
   return period_effect.decide(table, gate=_gate(stride))
 
 
-def decisions(records: Sequence[VariantRecord], load: correctness.Loader | None) -> Decisions:
+def stride_of(setup) -> int | None:
+  """The stride a row's period decision gates on: S, or None for full attention (a flat
+  claim's gate at the reference stride 8)."""
+  return None if setup.attention == "full" else setup.chunk_size
+
+
+def decisions(records: Sequence[VariantRecord], load: correctness.Loader | None,
+              rules: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Decisions:
   found = pr.rows(records, lambda r: pr.lookup_modes(r) is not None)
-  strides = {v: None if pr.is_full(units[0].setup) else units[0].chunk_size
-             for v, units in found.items()}
+  strides = {v: stride_of(units[0].setup) for v, units in found.items()}
   units, rows = {}, {}
   for v, members in found.items():
     for u in members:
-      units[u.name] = {p: _decide([_matrix(load, u.name, p)], strides[v]) for p in PADDINGS}
-    rows[v] = {p: _decide([_matrix(load, u.name, p) for u in members], strides[v])
+      units[u.name] = {p: _decide([_matrix(load, u.name, p)], strides[v], rules)
+                       for p in PADDINGS}
+    rows[v] = {p: _decide([_matrix(load, u.name, p) for u in members], strides[v], rules)
                for p in PADDINGS}
   return Decisions(units, rows, {v: tuple(u.name for u in m) for v, m in found.items()},
                    strides)
@@ -86,7 +112,7 @@ def decisions(records: Sequence[VariantRecord], load: correctness.Loader | None)
 
 def prepare(e) -> Decisions:
   """The judging hook: every lookup unit and row decided once."""
-  return decisions(e.records, e.matrices)
+  return decisions(e.records, e.matrices, e.rules)
 
 
 def _text(d: period_effect.PeriodDecision | None) -> str:

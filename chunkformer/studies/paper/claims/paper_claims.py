@@ -10,6 +10,7 @@ flags by the plan they trained under.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -263,14 +264,26 @@ def c11(records: Sequence[VariantRecord], *, seed: int = 0, num_permutations: in
                       units=units_used, flags=flags, test=test)
 
 
-def reference_full(records: Sequence[VariantRecord]) -> list[VariantRecord] | None:
-  """The full-attention row with the most seeds (ties: the first by name) with lookup."""
+def reference_full(records: Sequence[VariantRecord],
+                   kv_heads: int | None = None) -> list[VariantRecord] | None:
+  """The full-attention row with the most seeds (ties: the first by name) with lookup; with
+  ``kv_heads``, among the full rows of that many KV heads only (``kv_heads_of``)."""
   found = pr.rows(records, lambda r: pr.is_full(r.setup)
-                  and _table(r, pr.DECIDING_PADDING) is not None)
+                  and _table(r, pr.DECIDING_PADDING) is not None
+                  and (kv_heads is None or kv_heads_of(r) == kv_heads))
   if not found:
     return None
   return max(found.values(), key=lambda units: (len(units), [-ord(c) for c in
                                                              units[0].setup.variant]))
+
+
+def kv_heads_of(unit: VariantRecord) -> int | None:
+  """The unit's KV heads: recorded (``setup.num_kv_heads``), else read from a name holding
+  ``<n>kv`` as the paper's runs do (files written before the field), else None."""
+  if unit.setup.num_kv_heads:
+    return unit.setup.num_kv_heads
+  found = re.search(r"(?:^|_)(\d+)kv(?:_|$)", unit.setup.variant)
+  return int(found.group(1)) if found else None
 
 
 def _hides(table: ResidueAccuracy, ref: ResidueAccuracy) -> tuple[bool, dict[str, float]]:
@@ -281,55 +294,80 @@ def _hides(table: ResidueAccuracy, ref: ResidueAccuracy) -> tuple[bool, dict[str
 
 
 def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = None,
-        reference_gate: Callable[[str], str] | None = None, **_: Any) -> Claim:
+        reference_gate: Callable[[str], str] | None = None, same_kv_heads: bool = False,
+        **_: Any) -> Claim:
   """C13; ``reference_gate`` (row -> why the reference does not qualify, '' when it does)
-  replaces the 20% lookup gate on the full-attention reference (the current claim rules)."""
+  replaces the 20% lookup gate on the full-attention reference (the current claim rules);
+  ``same_kv_heads`` pairs each row with the full row of its KV heads (claim rules 3) instead
+  of one reference for all."""
   flags = flags or {}
-  full = reference_full(records)
   found = pr.rows(records, lambda r: pr.is_geometry(r.setup)
                   and _table(r, pr.DECIDING_PADDING) is not None)
-  if full is None or not found:
+  single = reference_full(records)
+  if single is None or not found:
     return pr.no_data("C13", STATEMENTS["C13"], "needs a full-attention row and a geometry "
                       "row with lookup records")
-  ref = pr.pooled_mode(full, pr.DECIDING_PADDING)
-  ref_name = _name(full, len(full) > 1)
-  if reference_gate is not None:
-    why = "no lookup table" if ref is None else reference_gate(full[0].setup.variant)
-    if why:
-      return Claim("C13", STATEMENTS["C13"], INCONCLUSIVE,
-                   f"the full-attention reference ({ref_name}) does not qualify: {why}", {},
-                   "0/0")
-  elif ref is None or ref.mean < pr.LOOKUP_LEARNED:
+  references = ({v: reference_full(records, kv_heads_of(units[0])) for v, units in found.items()}
+                if same_kv_heads else {v: single for v in found})
+  why_not = {}  # reference row -> why it does not qualify ('' when it does)
+  for full in {id(f): f for f in references.values() if f is not None}.values():
+    ref = pr.pooled_mode(full, pr.DECIDING_PADDING)
+    if reference_gate is not None:
+      why_not[full[0].setup.variant] = ("no lookup table" if ref is None
+                                        else reference_gate(full[0].setup.variant))
+    else:
+      why_not[full[0].setup.variant] = ("" if ref is not None and ref.mean >= pr.LOOKUP_LEARNED
+                                        else f"below the lookup gate {pr.LOOKUP_LEARNED}")
+  if not same_kv_heads and why_not[single[0].setup.variant]:
+    ref_name = _name(single, len(single) > 1)
     return Claim("C13", STATEMENTS["C13"], INCONCLUSIVE,
-                    f"the full-attention reference ({ref_name}) is below the lookup gate "
-                    f"{pr.LOOKUP_LEARNED}", {}, "0/0")
-  rules, lines, numbers, units_used = {}, [], {}, [u.name for u in full]
+                 f"the full-attention reference ({ref_name}) does not qualify: "
+                 f"{why_not[single[0].setup.variant]}", {}, "0/0")
+  rules, lines, numbers, units_used = {}, [], {}, []
   need = (f"need |mean - full| <= {percent(MEAN_BOUND)} and full's worst Wilson low - this "
           f"worst's Wilson high >= {percent(WORST_MARGIN)} points")
 
-  def line(h, name, table, found_numbers, units, other):
+  def line(h, name, table, found_numbers, units, other, full, ref):
     beside = "" if other is None else f"; in-sequence padding: {_shape(other)}"
+    ref_name = _name(full, len(full) > 1)
     return (f"{pr.head(h)}: C13 mean hides the effect ({name}, prefix padding): "
             f"{_shape(table)} vs full ({ref_name}) {_shape(ref)}: mean difference "
             f"{percent(found_numbers['mean_difference'])}, worst below by "
             f"{percent(found_numbers['worst_below'])} points ({need}){beside}"
             f"{plan_check.flag([u.name for u in [*units, *full]], flags)}")
 
+  def paired(full):  # each number names its reference when rows have their own
+    return {"reference": full[0].setup.variant} if same_kv_heads else {}
+
+  unpaired = []
   for variant, units in found.items():
+    full = references[variant]
+    if full is None:
+      unpaired.append(f"{variant}: no full-attention row with {kv_heads_of(units[0])} KV heads")
+      continue
+    why = why_not[full[0].setup.variant]
+    if why:
+      unpaired.append(f"{variant}: its reference {full[0].setup.variant} does not qualify "
+                      f"({why})")
+      rules[variant] = pr.seed_rule([None] * len(units), None)
+      continue
+    ref = pr.pooled_mode(full, pr.DECIDING_PADDING)
+    units_used += [u.name for u in full if u.name not in units_used]
     holds = []
     for unit in units:
       units_used.append(unit.name)
       table = _table(unit, pr.DECIDING_PADDING)
       h, nums = _hides(table, ref)
       holds.append(h)
-      numbers[unit.name] = dict(nums, holds=h)
-      lines.append(line(h, unit.name, table, nums, [unit], _table(unit, "in_sequence")))
+      numbers[unit.name] = dict(nums, holds=h, **paired(full))
+      lines.append(line(h, unit.name, table, nums, [unit], _table(unit, "in_sequence"), full,
+                        ref))
     table = pr.pooled_mode(units, pr.DECIDING_PADDING)
     pooled_holds, nums = _hides(table, ref)
-    numbers[f"{variant} ({pr.POOLED})"] = dict(nums, holds=pooled_holds)
+    numbers[f"{variant} ({pr.POOLED})"] = dict(nums, holds=pooled_holds, **paired(full))
     if len(units) > 1:
       lines.append(line(pooled_holds, _name(units, True), table, nums, units,
-                        pr.pooled_mode(units, "in_sequence")))
+                        pr.pooled_mode(units, "in_sequence"), full, ref))
     rules[variant] = pr.seed_rule(holds, pooled_holds)
   reproduced = sorted(v for v, r in rules.items() if r.verdict == REPRODUCED)
   decided = [r for r in rules.values() if r.verdict != INCONCLUSIVE]
@@ -338,13 +376,22 @@ def c13(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = N
                                 f"{len(rules)} rows)"
   elif decided and len(decided) == len(rules):
     verdict, note = NOT_REPRODUCED, "no row shows it"
+  elif not rules:
+    verdict, note = INCONCLUSIVE, "no row has a qualifying reference"
   else:
     verdict, note = INCONCLUSIVE, f"no row reproduces it; {len(rules) - len(decided)} of " \
                                   f"{len(rules)} rows undecided"
   summary = "; ".join(pr.row_summary(v, r) for v, r in sorted(rules.items()))
+  if same_kv_heads:
+    reference_text = "each row against the full-attention row of its KV heads"
+  else:
+    reference_text = f"reference {_name(single, len(single) > 1)}"
   reason = (f"{note}; test: {need} (prefix padding, Wilson margins, no p-value to correct); "
-            f"{pr.MIN_SEEDS} seeds per row; reference {ref_name}; {summary}"
+            f"{pr.MIN_SEEDS} seeds per row; {reference_text}; {summary}"
+            + ("; not compared: " + "; ".join(unpaired) if unpaired else "")
             + plan_check.flag(units_used, flags))
-  numbers.update(reference=ref_name, units=units_used, lines=lines,
+  numbers.update(reference=(reference_text if same_kv_heads
+                            else _name(single, len(single) > 1)),
+                 units=units_used, lines=lines,
                  seed_rule={v: r.record() for v, r in sorted(rules.items())})
   return Claim("C13", STATEMENTS["C13"], verdict, reason, numbers, pr.agreeing(rules, verdict))

@@ -34,6 +34,9 @@ from chunkformer.evaluation.stats.seed_rule import (
 LOOKUP = "lookup"
 PADDINGS = ("prefix", "in_sequence")
 DECIDING_PADDING = "prefix"
+# The in-sequence padding whose neighbours' phases do not follow the target's
+# (lookup_task.DECORRELATED): where a unit has it instead, it plays the in-sequence role.
+DECORRELATED = "in_sequence_decorrelated"
 LOOKUP_LEARNED = 0.2  # mean lookup accuracy below this: the unit barely retrieves
 PERIOD_ALPHA = 0.01
 NULL_ALPHA = 0.05
@@ -44,6 +47,16 @@ MIN_SEEDS = 2  # the seed rule of C10-C16: two seeds agreeing, never one
 STRIDES = (4, 6, 8, 12)
 POOLED = "seeds pooled"
 NO_DATA = "no data: "
+# Rows a plan names apart from the paper's table (plan version 5): the study's cures on the
+# paper's compressor and the size trend. They are judged by C17-C21 and described, never
+# counted as geometry, ablation or full-attention rows of C10-C16.
+CURE_PREFIX = "cure_"
+SIZE_PREFIX = "size_"
+
+
+def is_table_row(setup: VariantSetup) -> bool:
+  """A row of the paper's table (not a cure or size row, by name)."""
+  return not setup.variant.startswith((CURE_PREFIX, SIZE_PREFIX))
 
 
 def window(setup: VariantSetup) -> int:
@@ -54,8 +67,8 @@ def window(setup: VariantSetup) -> int:
 
 
 def _compressed_default(setup: VariantSetup) -> bool:
-  return (setup.attention == "fixed" and setup.chunk_size is not None and not setup.stagger
-          and not setup.random_phase and not setup.key_shift)
+  return (is_table_row(setup) and setup.attention == "fixed" and setup.chunk_size is not None
+          and not setup.stagger and not setup.random_phase and not setup.key_shift)
 
 
 def is_geometry(setup: VariantSetup) -> bool:
@@ -68,7 +81,7 @@ def is_w_equals_s(setup: VariantSetup) -> bool:
 
 
 def is_full(setup: VariantSetup) -> bool:
-  return setup.attention == "full"
+  return is_table_row(setup) and setup.attention == "full"
 
 
 def ablation_kind(setup: VariantSetup) -> str | None:
@@ -85,7 +98,10 @@ def lookup_modes(record: VariantRecord) -> dict[str, ResidueAccuracy] | None:
   found = (record.probes or {}).get(LOOKUP)
   if not found:
     return None
-  return {mode: ResidueAccuracy.from_record(value) for mode, value in found["modes"].items()}
+  modes = {mode: ResidueAccuracy.from_record(value) for mode, value in found["modes"].items()}
+  if "in_sequence" not in modes and DECORRELATED in modes:
+    modes["in_sequence"] = modes[DECORRELATED]  # plays the in-sequence role (plan version 5)
+  return modes
 
 
 def rows(records: Sequence[VariantRecord],
