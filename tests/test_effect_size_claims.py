@@ -27,11 +27,17 @@ def _answers(curve_R, prompts=576, seed=0):
   return (rng.random((prompts, len(curve_R))) < np.asarray(curve_R)).astype(np.float64)
 
 
+def _matrix(x, positions=None):
+  return correctness.Matrix(x, np.arange(x.shape[1]), positions_YxJ=positions)
+
+
 def _decisions(rows):
   """Decisions over constructed rows: name -> (stride or None, [per-seed matrices])."""
-  units = {f"{n}_seed{i}": {p: effect_size._decide([x], s) for p in effect_size.PADDINGS}
+  units = {f"{n}_seed{i}": {p: effect_size._decide([_matrix(x)], s)
+                            for p in effect_size.PADDINGS}
            for n, (s, xs) in rows.items() for i, x in enumerate(xs)}
-  pooled = {n: {p: effect_size._decide(list(xs), s) for p in effect_size.PADDINGS}
+  pooled = {n: {p: effect_size._decide([_matrix(x) for x in xs], s)
+                for p in effect_size.PADDINGS}
             for n, (s, xs) in rows.items()}
   members = {n: tuple(f"{n}_seed{i}" for i in range(len(xs))) for n, (_, xs) in rows.items()}
   return effect_size.Decisions(units, pooled, members, {n: s for n, (s, _) in rows.items()})
@@ -52,6 +58,31 @@ def test_a_periodic_a_flat_and_a_near_chance_row_decide_as_constructed():
   assert rule.verdict == "INCONCLUSIVE"
   # A flat curve is not "periodic with S": C10 fails on it, it does not pass.
   assert effect_size.periodic_with_s(d.rows["full"]["prefix"], 8) is False
+
+
+def test_a_position_effect_on_shifted_positions_is_read_as_position_not_residue():
+  # one multiset of positions shifted by the residue (lookup_task positions="shift"): a flat
+  # model whose accuracy falls with position shows a residue ramp; the position term of claim
+  # rules 3 removes it, rules 2 (no term) do not
+  from chunkformer.data import matched_positions
+  positions_RxY = matched_positions.shifted_positions(24, 576, 1, 96)
+  rng = np.random.default_rng(3)
+  accuracy = 0.6 - 0.5 * (positions_RxY.T - 1) / 95  # about 12 points from residue 0 to 23
+  x = (rng.random(accuracy.shape) < accuracy).astype(np.float64)
+  with_term = effect_size._decide([_matrix(x, positions_RxY.T)], None, claim_rules.get("3"))
+  without = effect_size._decide([_matrix(x, positions_RxY.T)], None, claim_rules.get("2"))
+  assert with_term.verdict == period_effect.FLAT
+  assert without.verdict != period_effect.FLAT
+
+
+def test_the_decorrelated_padding_plays_the_in_sequence_role():
+  x = _answers(np.full(24, 0.5))
+  stored = {"lookup_prefix": _matrix(x), "lookup_in_sequence_decorrelated": _matrix(x)}
+  load = {"u": stored}.get
+  assert effect_size._matrix(load, "u", "in_sequence") is stored[
+      "lookup_in_sequence_decorrelated"]
+  assert effect_size._matrix(load, "u", "prefix") is stored["lookup_prefix"]
+  assert effect_size._matrix(load, "v", "prefix") is None
 
 
 @functools.cache
@@ -75,7 +106,7 @@ def test_the_committed_claims_show_both_verdicts(claim_id, plan, effect):
   now = {c.id: c for c in judged.current}[claim_id]
   assert now.verdict == effect and "period by effect size" in now.reason
   stored = {c.id: c for c in results.current_claims}[claim_id]
-  assert stored.verdict == effect and results.current_rules == "2"  # the committed file says it
+  assert stored.verdict == effect and results.current_rules == claim_rules.CURRENT
 
 
 def test_committed_units_periodic_with_s_where_learned_and_full_attention_flat():

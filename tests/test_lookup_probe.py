@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from chunkformer.config import ConfigError, DataConfig
+from chunkformer.data import lookup_task
 from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.probes import registry as probe_registry
 from chunkformer.evaluation.probes.base import ProbeContext
@@ -163,3 +164,53 @@ def test_the_paper_protocol_sweep_config_enables_every_new_probe():
   assert config.variants.my_run.checkpoint == "runs/my_run"
   with pytest.raises(ValueError, match="name paper runs or run directories"):
     paper_protocol.get_config()
+
+
+def test_the_matrices_store_target_positions_and_a_chunking_models_phase_in_its_chunk():
+  # a hand-built "dynamic" model: chunks close at every value token, so the target key (a key
+  # symbol, followed by its value) always starts a chunk unless filler precedes it in it
+  retrieve = _retrieves_at(set(range(8)), 8)
+  values = set(lookup_task.default_tokens(KV)["values"])
+
+  def predict(rows):
+    out = retrieve(rows)
+    out["ends"] = np.isin(rows["inputs"], list(values))
+    return out
+
+  result = probe_registry.PROBES["lookup"](_context(predict), modulus=8, num_records=6,
+                                           num_demos=2, paddings=("prefix",),
+                                           positions="shift")
+  matrix = result.matrices["prefix"]
+  # shifted positions: residue r's positions are residue 0's plus r
+  np.testing.assert_array_equal(matrix.positions_YxJ % 8, np.broadcast_to(np.arange(8),
+                                                                           (64, 8)))
+  np.testing.assert_array_equal(matrix.positions_YxJ - matrix.positions_YxJ[:, :1],
+                                np.broadcast_to(np.arange(8), (64, 8)))
+  # prefix padding: the records are one block after the filler, so the target key sits right
+  # after a value (phase 0) or, as the block's first record, after the filler run
+  assert matrix.phases_YxJ.shape == (64, 8) and (matrix.phases_YxJ >= 0).all()
+  assert (matrix.phases_YxJ == 0).mean() > 0.5
+  plain = probe_registry.PROBES["lookup"](_context(retrieve), modulus=8, num_records=6,
+                                          num_demos=2, paddings=("prefix",))
+  assert plain.matrices["prefix"].phases_YxJ is None  # a model without chunks of its own
+
+
+def test_plan_version_5_names_its_units_in_the_plans_order_with_its_probes():
+  from chunkformer.evaluation.sweep.config import settings_from
+  from configs.paper import runs
+  from configs.sweeps import paper_protocol
+
+  config = paper_protocol.plan5()
+  settings = settings_from(config)  # the registry check a sweep runs before training
+  order = list(settings.order)
+  assert len(order) == 3 * (len(runs.RUNS) + len(runs.CURES)) + 2 * 2 * 2 == 98
+  assert order[:3] == ["full_1kv_seed0", "full_4kv_seed0", "full_8kv_seed0"]
+  block_a = 3 * len(paper_protocol.PLAN5_BLOCK_A)
+  assert all(u.rsplit("_seed", 1)[0] in paper_protocol.PLAN5_BLOCK_A for u in order[:block_a])
+  assert order[-1] == "size_large_full_1kv_seed1"
+  assert settings.rules == "3" and settings.plan == "results/paper_plan5/PLAN.md"
+  lookup_options = settings.probes["lookup"]
+  assert lookup_options["positions"] == "shift" and lookup_options["num_demos"] == 14
+  assert config.variants.cure_w4s2_1kv_seed2.overrides.data.lookup_demos == 14
+  assert config.variants.size_small_w8s8_1kv_seed0.config == "configs/paper/run.py:w8s8_1kv,small"
+  assert settings.probes["eviction_lookup"]["full_only"] is True

@@ -127,6 +127,25 @@ def test_mean_hides_the_weak_phase_of_a_row_near_full_in_mean():
   assert paper_claims.c13(rows).verdict == "INCONCLUSIVE"  # no full reference
 
 
+def test_mean_hides_pairs_each_row_with_the_full_row_of_its_kv_heads_under_rules_3():
+  # full 1 KV at 0.5 in mean, full 8 KV at 0.9: the 8-KV row is near the 8-KV control only
+  full1 = _seeds("full_1kv", 2, attention="full", curve=_curve(None, 0.5))
+  full8 = _seeds("full_8kv", 2, attention="full", curve=_curve(None, 0.9), num_kv_heads=8)
+  w8s8_8kv = _seeds("w8s8_8kv", curve=_curve(8, 0.98, 0.34), num_kv_heads=8)
+  w8s8_2kv = _seeds("w8s8_2kv", curve=_curve(8, 0.98, 0.34))  # no full 2 KV row
+  records = full1 + full8 + w8s8_8kv + w8s8_2kv
+  paired = paper_claims.c13(records, same_kv_heads=True)
+  assert paired.verdict == "REPRODUCED" and "reproduced by w8s8_8kv" in paired.reason
+  assert paired.numbers["w8s8_8kv_seed0"]["reference"] == "full_8kv"
+  assert "w8s8_2kv: no full-attention row with 2 KV heads" in paired.reason
+  # one reference for all (rules 1-2): the first full row with the most seeds, full_1kv
+  single = paper_claims.c13(records)
+  assert single.verdict == "NOT REPRODUCED" and "reference full_1kv" in single.reason
+  # the KV heads of a record written before the field: read from the name
+  assert paper_claims.kv_heads_of(full1[0]) == 1 and paper_claims.kv_heads_of(
+      _unit("w8s4_dsv4_kernel", 0)) is None
+
+
 def _knockout(clean, heads) -> dict:
   return {"head_knockout": {"modulus": 24, "padding": "prefix", "prompts_per_residue": 576,
                             "clean": list(clean), "heads": [

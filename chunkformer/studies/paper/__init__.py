@@ -16,6 +16,7 @@ from chunkformer.evaluation.probes import lookup
 from chunkformer.evaluation.report.sections import ReportHooks
 from chunkformer.evaluation.sweep.catalog import Study
 from chunkformer.studies.paper.claims import (
+    cure_claims,
     effect_size,
     main_table,
     mechanism_claims,
@@ -60,6 +61,12 @@ def _c13(e):
                           same_kv_heads=e.rules.c13_pairing == claim_rules.SAME_KV_HEADS)
 
 
+def _cure(claim_id: str):
+  """C17-C21: a cure under the paper's protocol (``claims.cure_claims``, plan version 5)."""
+  return lambda e: cure_claims.judge(claim_id, e.records, e.prepared.get(effect_size.STUDY),
+                                     e.matrices, e.plan_flags)
+
+
 _VOCABULARY_CHECKED = ("lookup", "long_needle", "gate_cycling", "head_knockout")
 
 STUDY = Study(
@@ -81,6 +88,9 @@ STUDY = Study(
         "C14": _claim(mechanism_claims.c14),  # knockouts: phase-specialised heads, not in full
         "C15": _claim(mechanism_claims.c15),  # concentrated gates line up with knockout phases
         "C16": _claim(mechanism_claims.c16),  # cycling moves the weak phases, boundary stays
+        # C17-C21: does a cure remove the period (random phase, stagger, key shift, dynamic
+        # chunking, stride 2)?
+        **{claim_id: _cure(claim_id) for claim_id in cure_claims.CURES},
     },
     judging=Judging(prepare=effect_size.prepare, tables=main_table.tables),
     report=ReportHooks(
