@@ -168,7 +168,7 @@ def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_pat
 
 
 def test_the_registries_hold_the_projects_own_entries():
-  assert list(claim_registry.CLAIMS) == ([f"C{i}" for i in range(1, 17)]
+  assert list(claim_registry.CLAIMS) == ([f"C{i}" for i in range(1, 22)]
                                          + ["E1", "E2", "E3", "P1", "P2"])
   assert "key_overlap" in probe_registry.PROBES
   assert list(sections.HOOKS) == list(claim_registry.JUDGING) == [s.name for s in studies.STUDIES]
