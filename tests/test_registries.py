@@ -56,10 +56,10 @@ TOY_PROBE.probe = _first_token_probe
 
 
 def _toy_claim(evidence: claim_registry.Evidence) -> Claim:
-  """C17 (toy): every unit's toy probe ran on the rows it was asked for."""
+  """C22 (toy): every unit's toy probe ran on the rows it was asked for."""
   found = {r.name: (r.probes or {}).get("first_token") for r in evidence.records}
   holds = all(v is not None and v["rows"] == 3 for v in found.values())
-  return Claim("C17", "the toy probe ran on every unit", REPRODUCED if holds else NOT_REPRODUCED,
+  return Claim("C22", "the toy probe ran on every unit", REPRODUCED if holds else NOT_REPRODUCED,
                f"{len(found)} unit(s) checked", {"units": sorted(found)}, f"{len(found)}/1")
 
 
@@ -72,7 +72,7 @@ def _toy_section(view: sections.View) -> str:
 TOY_STUDY = catalog.Study(
     name="toy",
     probes={"first_token": TOY_PROBE.probe},
-    claims={"C17": _toy_claim},
+    claims={"C22": _toy_claim},
     judging=claim_registry.Judging(tables=lambda e: {"units": len(e.records)}),
     report=sections.ReportHooks(sections=_toy_section))
 
@@ -134,8 +134,8 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert matrices["first_token_first"].correct_YxJ.shape == (3, 1)
   assert matrices["first_token_first"].correct_YxJ.mean() == record["first_token_accuracy"]
   claims = {c["id"]: c for c in stored["claims"]}
-  assert list(claims)[-1] == "C17" and claims["C17"]["verdict"] == REPRODUCED
-  assert claims["C17"]["numbers"] == {"units": ["smoke"]}
+  assert list(claims)[-1] == "C22" and claims["C22"]["verdict"] == REPRODUCED
+  assert claims["C22"]["numbers"] == {"units": ["smoke"]}
   with open(outcome.report_path) as f:
     report = f.read()
   assert "## Probes enabled by the sweep config" in report
@@ -144,12 +144,12 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert entry["primary_probe"] == "needle" and entry["slot_gain"] is None
   assert "prefix_probe" not in entry and "slot_gain_init" not in entry
   assert f"| smoke | first_token | `{json.dumps(record, sort_keys=True)}` |" in report
-  assert "| C17 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
+  assert "| C22 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
   assert report.rstrip().endswith("First-token accuracy over 1 unit(s) judged.")
   # The typed results read it back (schema 3), and a rejudge keeps it.
   assert results_file.load(outcome.results_path).variants[0].probes["first_token"] == record
   again = sweep.rejudge(config, str(tmp_path), command="rejudge")
-  assert [c.id for c in again.claims][-1] == "C17"
+  assert [c.id for c in again.claims][-1] == "C22"
 
 
 @pytest.mark.parametrize("probes, match", [
