@@ -1,7 +1,8 @@
 """Calibration by simulation of every deciding test: type-I error and power at the committed
 sweeps' accuracies and sizes. One command regenerates everything:
 
-  python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism] [--seed 0]
+  python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism,eviction_lookup,e6]
+                              [--seed 0]
                               [--small] [--out results/calibration]
 
 Parts: ``lookup`` (C10-C12's period tests on 24 residues x 576 prompts,
@@ -10,7 +11,9 @@ protocol's lookup probe: 128-token rows with 16 records and 8 demonstrations, t_
 matched in mean and variance), ``needles`` (C1, C2 and the bootstrap intervals on 32 x 48
 matrices, ``studies/needles/claims/calibration``), ``c5`` (the paired gap difference),
 ``eviction`` (E1, E2 on 32 x 40), ``e3`` (the sign-flip test), ``mechanism`` (C14-C16,
-``studies/paper/claims/mechanism_calibration``). Each part writes ``OUT/<part>.json`` (the
+``studies/paper/claims/mechanism_calibration``), ``eviction_lookup`` (E4, E5 on 128 prompts x 8
+residues x 3 seeds) and ``e6`` (McNemar and the pooled sign-flip test,
+``studies/eviction/claims/lookup_calibration``). Each part writes ``OUT/<part>.json`` (the
 lookup part ``OUT/calibration.json``) with its command, commit, date and wall time; every run
 rewrites ``OUT/report.md`` (one table per test) and ``OUT/RUN.md`` from every part found, so a
 part can be rerun alone. ``--small``: 40 units per truth and 500 permutations (a minute;
@@ -42,6 +45,7 @@ from chunkformer.evaluation.stats import (  # noqa: E402
   shared_prompts,
 )
 from chunkformer.studies.eviction.claims import calibration as eviction_calibration  # noqa: E402
+from chunkformer.studies.eviction.claims import lookup_calibration  # noqa: E402
 from chunkformer.studies.needles.claims import calibration as needle_calibration  # noqa: E402
 from chunkformer.studies.paper.claims import mechanism_calibration  # noqa: E402
 
@@ -97,9 +101,9 @@ def report(rows, reps: int, phis: dict[str, float]) -> str:
   return "\n".join(lines) + "\n"
 
 
-PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism")
+PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism", "eviction_lookup", "e6")
 REPS = {"lookup": 2000, "needles": 250, "c5": 2000, "eviction": 250, "e3": 2000,
-        "mechanism": 2000}
+        "mechanism": 2000, "eviction_lookup": 1000, "e6": 500}
 TITLES = {
     "needles": "C1 and C2 (needle study's period test and the one \"no period\" standard), "
                "and the bootstrap intervals under the two poolings",
@@ -108,6 +112,9 @@ TITLES = {
                 "matrices)",
     "e3": "E3 (paired sign-flip test over haystacks)",
     "mechanism": "C14-C16 (knockout concentration, gate alignment, gate cycling)",
+    "eviction_lookup": "E4 and E5 (the period decision by effect size on the lookup under "
+                       "eviction, plan version 5's sizes)",
+    "e6": "E6 (McNemar per seed, the sign-flip test over prompts pooled)",
 }
 
 
@@ -133,7 +140,10 @@ def _matrix_part(part: str, args, reps: int) -> dict:
          "e3": lambda: eviction_calibration.e3_run(reps, seed=args.seed, num_permutations=perms),
          "mechanism": lambda: (mechanism_calibration.c14_run(reps, seed=args.seed)
                                + mechanism_calibration.c15_run(reps, seed=args.seed)
-                               + mechanism_calibration.c16_run(reps, seed=args.seed))}[part]
+                               + mechanism_calibration.c16_run(reps, seed=args.seed)),
+         "eviction_lookup": lambda: lookup_calibration.run(reps, seed=args.seed),
+         "e6": lambda: lookup_calibration.e6_run(
+             reps, seed=args.seed, num_permutations=perms if args.small else None)}[part]
   out = {"reps": reps, "seed": args.seed, "permutations": perms,
          "rows": [r.record() for r in run()]}
   if part == "needles":
@@ -143,6 +153,12 @@ def _matrix_part(part: str, args, reps: int) -> dict:
   if part == "eviction":
     out["truths"] = {k: dict(dataclasses.asdict(t), L=m)
                      for k, (t, m) in eviction_calibration.TRUTHS.items()}
+  if part == "eviction_lookup":
+    out["permutations"] = 0  # closed-form tests: no permutation, no resample
+    out["truths"] = {k: dict(dataclasses.asdict(t), L=m)
+                     for k, (t, m) in lookup_calibration.TRUTHS.items()}
+  if part == "e6":
+    out["permutations"] = perms if args.small else lookup_calibration.lookup_claims.E6_FLIPS
   return out
 
 

@@ -21,13 +21,19 @@ import nbformat
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from scripts.notebook_cells import anatomy_of_a_weak_spot, kernels_tour, quickstart  # noqa: E402
+from scripts.notebook_cells import (  # noqa: E402
+    anatomy_of_a_weak_spot,
+    kernels_tour,
+    quickstart,
+    the_papers_table,
+)
 
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = {  # name -> its cells: (kind, source) pairs, kind "markdown" or "code"
     "quickstart": quickstart.CELLS,
     "anatomy_of_a_weak_spot": anatomy_of_a_weak_spot.CELLS,
     "kernels_tour": kernels_tour.CELLS,
+    "the_papers_table": the_papers_table.CELLS,
 }
 
 

@@ -50,7 +50,8 @@ def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
              for line in lines)
   assert any("m4 (3 seeds pooled)" in line for line in lines)  # the pooled tests' lines
   by_id = {c.id: c for c in registry.decide(records, pooled=pooled)}
-  assert list(by_id) == [f"C{i}" for i in range(1, 22)] + ["E1", "E2", "E3", "P1", "P2"]
+  assert list(by_id) == ([f"C{i}" for i in range(1, 22)]
+                                   + ["E1", "E2", "E3", "E4", "E5", "E6", "P1", "P2"])
   # C1: m4 holds in 2/3 seeds and pooled; m2 in 2/2 and pooled: 4 of 5 seeds agree.
   assert (by_id["C1"].verdict, by_id["C1"].seeds_agreeing) == ("REPRODUCED", "4/5")
   assert by_id["C1"].numbers["m4_s2"]["holds"] is False
@@ -67,7 +68,8 @@ def test_claims_apply_the_seed_rule_per_variant_and_never_read_not_tested():
                                             rules=claim_rules.get("1"))}
   assert (older["C2"].verdict, older["C2"].seeds_agreeing) == ("REPRODUCED", "1/1")
   assert older["C1"].verdict == by_id["C1"].verdict
-  for claim_id in ("C3", "C4", "C6", "C7", "C8", "C9", "E1", "E2", "E3", "P1", "P2"):
+  for claim_id in ("C3", "C4", "C6", "C7", "C8", "C9", "E1", "E2", "E3", "E4", "E5", "E6", "P1",
+                   "P2"):
     assert by_id[claim_id].verdict == "INCONCLUSIVE" and by_id[claim_id].reason
     assert "NOT TESTED" not in by_id[claim_id].reason
   for claim in by_id.values():

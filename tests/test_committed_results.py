@@ -152,7 +152,8 @@ def test_record_to_json_and_back_is_the_same_record(sweep):
 def test_every_claim_has_a_verdict_from_the_committed_records(sweep, expected):
   # The stored claims (the read-back test above recomputes them from records and matrices).
   claims = results_file.load(_path(sweep)).claims
-  assert [c.id for c in claims] == [f"C{i}" for i in range(1, 22)] + ["E1", "E2", "E3", "P1", "P2"]
+  assert [c.id for c in claims] == ([f"C{i}" for i in range(1, 22)]
+                                   + ["E1", "E2", "E3", "E4", "E5", "E6", "P1", "P2"])
   for claim in claims:
     assert claim.verdict in VERDICTS and "NOT TESTED" not in claim.reason
     assert claim.reason, claim.id

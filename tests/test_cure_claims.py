@@ -10,7 +10,8 @@ import numpy as np
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
 from chunkformer.evaluation.stats import periodicity
-from chunkformer.studies.paper.claims import cure_claims, effect_size
+from chunkformer.studies.paper.claims import cure_claims, effect_size, main_table
+from chunkformer.studies.paper.report import paper_table
 
 BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
                            num_permutations=10)
@@ -80,3 +81,14 @@ def test_dynamic_chunking_is_the_common_verdict_of_its_routers_and_shows_chunk_p
   assert "in the chunk the model formed" in inside and "7: 2" in inside  # phase 7 weak, ~20%
   rows["cure_dynamic_router_end"] = ("dynamic", 8, FLAT, 2)
   assert _judge("C20", rows).verdict == "REPRODUCED"
+
+
+def test_the_reports_line_for_a_cure_names_its_verdict_and_what_remains_inside():
+  claim = _judge("C17", {"w8s8_1kv": ("fixed", 8, PERIODIC, 3),
+                         "cure_random_phase": ("fixed", 8, FLAT, 3)})
+  line = paper_table.cure_line(claim, main_table.Tables())
+  # no pooled residue tables in these records: the gaps read "-"
+  assert line.startswith("cure_random_phase: REPRODUCED, prefix gap - points against - for "
+                         "w8s8_1kv; inside the chunk, by phase of the evaluation grid")
+  assert line.endswith("the paper tested no such cure (its cure is DeepSeek-V4.1's stride "
+                       "of 2, C21)")

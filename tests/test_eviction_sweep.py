@@ -38,7 +38,7 @@ def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(t
       assert far["accuracy"] == pytest.approx(matrix.correct_YxJ.mean())
       assert len(far["accuracy_by_phase"]["4"]) == 4
   claims = {c["id"]: c for c in stored["claims"]}
-  assert [k for k in claims if k.startswith("E")] == ["E1", "E2", "E3"]
+  assert [k for k in claims if k.startswith("E")] == ["E1", "E2", "E3", "E4", "E5", "E6"]
   assert all(claims[k]["verdict"] in VERDICTS and claims[k]["reason"] for k in ("E1", "E2", "E3"))
   # a 2-step model misses the accuracy gate: every seed undecided, never a verdict
   assert "before eviction" in claims["E1"]["reason"]

@@ -1,5 +1,5 @@
 """The summary of a sweep with lookup records (the paper-style main table beside the paper's
-published rows, the main figure, one comparison line per claim C10-C16) and the
+published rows, the main figure, one comparison line per claim C10-C21) and the
 pre-registered plan: recorded when a unit trains, named in the report, flagged when judged."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from chunkformer.evaluation.report import sections
 from chunkformer.evaluation.sweep import config as sweep_config
 from chunkformer.evaluation.sweep import outputs
 from chunkformer.evaluation.sweep import run as sweep
-from chunkformer.studies.paper.claims import main_table
+from chunkformer.studies.paper.claims import committed, main_table
 from chunkformer.studies.paper.report import paper_table
 from configs.sweeps import sweep_config as make_sweep
 from configs.sweeps import variant
@@ -56,7 +56,7 @@ def test_each_paper_claim_gets_one_line_against_the_published_numbers(tmp_path):
   # No answer matrices: the plan's tests (claim rules version 1) decide C10 from the counts.
   judged = judging.judge(records, None, num_resamples=10, num_permutations=10, rules="1")
   lines = paper_table.comparison_lines(judged.claims, judged.tables["paper"])
-  assert [line.split("**")[1] for line in lines] == [f"C{i}" for i in range(10, 17)]
+  assert [line.split("**")[1] for line in lines] == [f"C{i}" for i in range(10, 22)]
   c10 = lines[0]
   # The paper's W8/S8 row: prefix gap 75.3; ours (58 - 6) / 64 = 81.25: 5.95 points larger.
   # The paper's curve: phase means of its published accuracies (no prompt counts, so no
@@ -69,9 +69,20 @@ def test_each_paper_claim_gets_one_line_against_the_published_numbers(tmp_path):
   assert ("(S = 8), stride repeat 0.0 points (noise 2.9, within it), lag S / other lags 0.00, "
           "weakest phase 7, 7 of 8 phases work, prefix gap") in c10
   assert "no full-attention row" in lines[1] and "C14" in lines[4]
+  # the cures: no cure row here; C21 names the paper's one stride-2 model beside
+  assert lines[7].startswith("- **C17** (INCONCLUSIVE here) against the paper: no cure row")
+  assert ("the paper's only stride-2 model (DeepSeek-V4.1-Flash, long needle at 128K tokens, "
+          "residues mod 8) has a gap of 6.1 points") in lines[11]
   path = paper_table.plot_residues(str(tmp_path / "plots" / "residues.png"),
                                    judged.tables["paper"])
   assert os.path.getsize(path) > 1000
+
+
+def test_the_main_figure_shows_the_strides_full_attention_and_the_cures_first():
+  records = [*_records(), *_seeds("w8s8_4kv", 2, curve=_curve(8, 0.9, 0.1)),
+             *_seeds("cure_key_shift", 2, curve=_curve(None))]
+  shown = [r.variant for r in paper_table.main_rows(_tables(records))]
+  assert shown == ["w8s8_1kv", "full_1kv", "cure_key_shift"]
 
 
 def _git(directory, *args):
@@ -139,3 +150,31 @@ def test_a_sweep_records_the_plan_when_a_unit_trains_and_the_report_names_it(
                              f"last committed in {state['commit'][:10]};")
   assert "### Main table (the paper's columns)" in lines
   assert all("PLAN: " in line for line in judged.verdicts if "w8s8_1kv_seed0" in line)
+
+
+def test_the_size_trend_pools_the_seeds_every_size_has():
+  records = [*_seeds("w8s8_1kv", 3, curve=_curve(8, 0.9, 0.1)),
+             *_seeds("size_small_w8s8_1kv", 2, curve=_curve(8, 0.5, 0.1)),
+             *_seeds("full_1kv", 2, attention="full")]
+  tables = _tables(records)
+  assert [(r.row, r.size, r.seeds) for r in tables.sizes] == [
+      ("w8s8_1kv", "small", 2), ("w8s8_1kv", "cpu", 2), ("full_1kv", "cpu", 2)]
+  lines = paper_table.size_table(tables)
+  # the small size: 21 residues at round(0.5 * 64) = 32 of 64, 3 at 6 of 64: gap 40.6 points;
+  # no stored answers, so no period decision
+  assert ("| w8s8_1kv | small (size_small_w8s8_1kv) | 2 | "
+          f"{100 * (21 * 32 + 3 * 6) / 64 / 24:.1f} | 9.4 (7) | 40.6 | 0 of 8 | no matrix |"
+          ) in lines
+  assert _tables(_records()).sizes == ()  # no size row: no trend
+
+
+def test_the_committed_paper_table_opens_from_a_notebooks_directory(tmp_path):
+  root = committed.results_root(os.path.join(os.path.dirname(__file__), "..", "notebooks"))
+  opened = committed.open_sweep(committed.newest(root))
+  assert opened.tables.rows and opened.claims
+  table = committed.verdict_table(opened)
+  assert "| C10 |" in table and "| C21 |" in table and "| C1 |" not in table
+  with pytest.raises(FileNotFoundError, match="no results/ directory"):
+    committed.results_root(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="none of paper_plan5, paper_protocol"):
+    committed.newest(str(tmp_path))

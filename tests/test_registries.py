@@ -144,7 +144,10 @@ def test_a_toy_probe_and_claim_reach_results_json_and_the_report(registered, tmp
   assert entry["primary_probe"] == "needle" and entry["slot_gain"] is None
   assert "prefix_probe" not in entry and "slot_gain_init" not in entry
   assert f"| smoke | first_token | `{json.dumps(record, sort_keys=True)}` |" in report
-  assert "| C22 | REPRODUCED | 1/1 | the toy probe ran on every unit; 1 unit(s) checked |" in report
+  # the summary's table states the claim, "Claims in full" gives its reason
+  assert "| C22 | REPRODUCED | 1/1 | the toy probe ran on every unit |" in report
+  assert ("- **C22** REPRODUCED (1/1 seeds agreeing): the toy probe ran on every unit; 1 unit(s) "
+          "checked") in report
   assert report.rstrip().endswith("First-token accuracy over 1 unit(s) judged.")
   # The typed results read it back (schema 3), and a rejudge keeps it.
   assert results_file.load(outcome.results_path).variants[0].probes["first_token"] == record
@@ -169,7 +172,7 @@ def test_a_bad_probe_entry_is_refused_before_anything_trains(registered, tmp_pat
 
 def test_the_registries_hold_the_projects_own_entries():
   assert list(claim_registry.CLAIMS) == ([f"C{i}" for i in range(1, 22)]
-                                         + ["E1", "E2", "E3", "P1", "P2"])
+                                         + ["E1", "E2", "E3", "E4", "E5", "E6", "P1", "P2"])
   assert "key_overlap" in probe_registry.PROBES
   assert list(sections.HOOKS) == list(claim_registry.JUDGING) == [s.name for s in studies.STUDIES]
 

@@ -1,5 +1,6 @@
-"""Markdown report of a periodicity sweep: a summary (claims, comparison table, main figure),
-then the settings, the verdict lines and the per-variant sections.
+"""Markdown report of a periodicity sweep: a summary (the claims' verdicts, comparison table,
+main figure), then the claims with their reasons, the settings, the verdict lines and the
+per-variant sections.
 
 Reads typed ``records.variant.VariantRecord``s. The table shows per variant: its name, chunking
 (e.g. "fixed", "dynamic/router"), M / target (chunk size M, or the target mean chunk length of a
@@ -118,11 +119,18 @@ def _variant_section(record: VariantRecord, directory: str) -> list[str]:
 
 
 def claims_table(claims: Sequence[Claim]) -> str:
-  """One row per claim: id, verdict, seeds agreeing, reason."""
-  lines = ["| claim | verdict | seeds agreeing | statement; reason |", "|:--|:--|--:|:--|"]
-  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement}; {c.reason} |"
-            for c in claims]
+  """One row per claim: id, verdict, seeds agreeing, statement (the summary's table; the
+  reasons follow the summary, ``claims_in_full``)."""
+  lines = ["| claim | verdict | seeds agreeing | statement |", "|:--|:--|--:|:--|"]
+  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |" for c in claims]
   return "\n".join(lines)
+
+
+def claims_in_full(claims: Sequence[Claim]) -> list[str]:
+  """Every claim's verdict with its whole reason: the test, the rows and their numbers."""
+  return ["## Claims in full", "",
+          *(f"- **{c.id}** {c.verdict} ({c.seeds_agreeing} seeds agreeing): {c.statement}; "
+            f"{c.reason}" for c in claims), ""]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,13 +188,14 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     verdicts: claim lines decided by the caller, printed as a bullet list.
     intro: free text under the title (setup, commands).
     images: caption -> path of figures about the whole sweep (e.g. the comparison plot).
-    claims: the claim table (``claims.judge``), the summary's first part.
+    claims: the claims (``claims.judge``): their verdicts are the summary's first part, their
+      reasons a section after the summary.
     summary: markdown lines the summary shows after the claims (the plan, the paper-style
       table and its comparison lines, ``paper_table``).
     rules: the claims under the current rules, when older rules decide (``rules_section``).
   """
-  # A summary a reader can stop after (the claims, the table, the main figure); the settings,
-  # the verdict lines and the per-variant detail follow it.
+  # A summary a reader can stop after (the claims' verdicts, the table, the main figure); the
+  # claims' reasons, the settings, the verdict lines and the per-variant detail follow it.
   lines = [f"# {title}", "", "## Summary", ""]
   if claims:
     lines += [claims_table(claims), ""]
@@ -202,6 +211,8 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
             "phase effect at M.", ""]
   for caption, path in (images or {}).items():
     lines += [f"![{caption}]({_relative(path, directory)})", ""]
+  if claims:
+    lines += claims_in_full(claims)
   if intro:
     lines += ["## Settings", "", intro.strip(), ""]
   lines += ["## Verdicts", ""]

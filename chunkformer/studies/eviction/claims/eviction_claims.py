@@ -52,6 +52,12 @@ STATEMENTS = {
     "E2": "content-chunked eviction (ChunkKV with chunks closed by the delimiter rule) removes "
           "that period at equal budget",
     "E3": "SnapKV retrieves more needles than StreamingLLM at equal budget",
+    # E4-E6 restate E1-E3 for the lookup test (``lookup_claims``, plan version 5)
+    "E4": "fixed-block eviction (ChunkKV, chunks of L tokens on a grid from position 0) gives "
+          "a lookup accuracy period of L",
+    "E5": "content-chunked eviction (ChunkKV with chunks closed at every value token) removes "
+          "that lookup period at equal budget",
+    "E6": "SnapKV answers more lookups than StreamingLLM at equal budget",
 }
 BITES = (0.02, 0.98)  # E1: accuracy range in which a missing period counts against the claim
 CURE_ACCURACY = standards.LEARNED_ACCURACY  # E2: below it a missing period says nothing
@@ -72,7 +78,8 @@ def _resampling(evidence) -> dict[str, int]:
               num_permutations=evidence.num_permutations)
 
 
-def _no_data(claim_id: str, why: str) -> Claim:
+def no_data(claim_id: str, why: str) -> Claim:
+  """``claim_id`` INCONCLUSIVE for lack of data, saying which."""
   return Claim(claim_id, STATEMENTS[claim_id], INCONCLUSIVE, why, {}, "0/0")
 
 
@@ -84,7 +91,7 @@ def _gate(run_or_group) -> Outcome | None:
   return None
 
 
-def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
+def combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
              in_force: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
   """The seed rule per group (as the claim rules ``in_force`` say; default: the current
   ones), the common verdict over groups, the claim's record."""
@@ -111,7 +118,7 @@ def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome
                f"{agree}/{sum(r.seeds for r in counted)}")
 
 
-def _holm_of(family: Sequence[tuple[Any, float]]) -> dict[Any, float]:
+def holm_of(family: Sequence[tuple[Any, float]]) -> dict[Any, float]:
   """key -> Holm-adjusted p over the family (key, raw p)."""
   return {key: float(q) for (key, _), q in zip(family, holm([p for _, p in family]),
                                                 strict=True)}
@@ -147,7 +154,7 @@ def _periods(groups: Sequence[data.Group], evidence) -> dict[str, tuple[list[Out
   per_seed = {g.name: [data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
               for g in groups}
   pooled = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in groups}
-  adjusted = _holm_of([(g.name, pooled[g.name].p_at[g.policy.chunk]) for g in groups
+  adjusted = holm_of([(g.name, pooled[g.name].p_at[g.policy.chunk]) for g in groups
                        if pooled[g.name] is not None])
   out = {}
   for g in groups:
@@ -181,10 +188,10 @@ def e1_claim(evidence) -> Claim:
   found = data.collect(evidence.records, evidence.matrices)
   groups = data.of_kind(found, eviction.ChunkKV)
   if not groups:
-    return _no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
+    return no_data("E1", "no ChunkKV policy in the sweep's eviction_needles results")
   cut = data.of_kind(found, eviction.ChunkKVCut)
-  return _beside(_combine("E1", _periods(groups, evidence), evidence.rules),
-                 _combine("E1", _periods(cut, evidence), evidence.rules) if cut else None)
+  return _beside(combine("E1", _periods(groups, evidence), evidence.rules),
+                 combine("E1", _periods(cut, evidence), evidence.rules) if cut else None)
 
 
 # --- E2 ----------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
                for g in grids}
   base_pool = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in grids}
   pooled = {c.name: data.analyse(c.pooled(), lengths[c.name], **kw) for c in cures}
-  adjusted = _holm_of([((c.name, m), pooled[c.name].p_at[m]) for c in cures
+  adjusted = holm_of([((c.name, m), pooled[c.name].p_at[m]) for c in cures
                        if pooled[c.name] is not None for m in lengths[c.name]])
   out = {}
   for c in cures:
@@ -255,12 +262,12 @@ def e2_claim(evidence) -> Claim:
   groups = data.collect(evidence.records, evidence.matrices)
   cures = data.of_kind(groups, eviction.ContentChunkKV)
   if not cures:
-    return _no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
+    return no_data("E2", "no content-chunked ChunkKV policy in the sweep's eviction_needles "
                     "results")
   cut = data.of_kind(groups, eviction.ChunkKVCut)
   published = data.of_kind(groups, eviction.ChunkKV)
-  return _beside(_combine("E2", _cures(cures, published, evidence), evidence.rules),
-                 _combine("E2", _cures(cures, cut, evidence), evidence.rules) if cut else None)
+  return _beside(combine("E2", _cures(cures, published, evidence), evidence.rules),
+                 combine("E2", _cures(cures, cut, evidence), evidence.rules) if cut else None)
 
 
 # --- E3 ----------------------------------------------------------------------------------
@@ -290,7 +297,7 @@ def e3_claim(evidence) -> Claim:
   pairs = [(a, b) for a in data.of_kind(groups, eviction.SnapKV)
            for b in data.of_kind(groups, eviction.StreamingLLM) if data.same_setting(a, b)]
   if not pairs:
-    return _no_data("E3", "no SnapKV and StreamingLLM policies at the same budget in the "
+    return no_data("E3", "no SnapKV and StreamingLLM policies at the same budget in the "
                     "sweep's eviction_needles results")
   kw = dict(seed=evidence.seed, num_permutations=evidence.num_permutations)
   raw = {}
@@ -299,7 +306,7 @@ def e3_claim(evidence) -> Claim:
     ra = [r.matrix for r in a.runs if r.seed in common]
     rb = [r.matrix for r in b.runs if r.seed in common]
     raw[(a.name, b.name)] = _paired_outcome(ra, rb, _gate(a) or _gate(b), **kw)[1]
-  adjusted = _holm_of([(k, p) for k, p in raw.items() if p is not None])
+  adjusted = holm_of([(k, p) for k, p in raw.items() if p is not None])
   out = {}
   for a, b in pairs:
     by_seed = {r.seed: r for r in b.runs}
@@ -313,4 +320,4 @@ def e3_claim(evidence) -> Claim:
                            adjust=lambda p, k=key: adjusted[k], **kw)[0]
     pool.numbers.update(holm_family=len(adjusted))
     out[f"{a.name} vs {b.label}"] = (seeds, pool)
-  return _combine("E3", out, evidence.rules)
+  return combine("E3", out, evidence.rules)

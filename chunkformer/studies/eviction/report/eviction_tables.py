@@ -1,7 +1,8 @@
 """Report section of the eviction sweep: accuracy by needle phase per policy and budget.
 
-Formats ``claims.eviction_data.phase_rows`` (every number computed there, from the stored
-matrices pooled over seeds) and the verdicts of claims E1-E3: one table row per policy and
+Formats ``claims.eviction_data.phase_rows`` and ``claims.lookup_claims.phase_rows`` (every
+number computed there, from the stored matrices pooled over seeds) and the verdicts of claims
+E1-E6: one table row per policy and
 budget (accuracy; per chunk length L the max-min gap over offset mod L and its weakest
 residue), the accuracy per residue with 95% Wilson intervals, and one figure per model
 variant and depth: a panel per budget given and L, a line per policy (percentages).
@@ -21,7 +22,7 @@ from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.report.sections import View
 from chunkformer.studies.eviction.claims.eviction_data import PhaseRow
 
-CLAIMS = ("E1", "E2", "E3")
+CLAIMS = ("E1", "E2", "E3", "E4", "E5", "E6")
 # line styles of the chunked policies in the figures (the others dashed with squares)
 STYLES = {"chunkkv": "o-", "chunkkv_cut": "^:", "content_chunkkv": "o-"}
 
@@ -37,11 +38,13 @@ def section(rows: Sequence[PhaseRow], claims: Sequence[Claim], plots_dir: str,
     return ""
   lengths = sorted({m for r in rows for m in r.residues})
   lines = ["", "## KV eviction: accuracy by needle phase per policy and budget", "",
-           "The cache pruned once after the prompt (`eviction_needles`), the answer decoded from "
-           "what was kept; accuracy in %, every seed's haystacks pooled; gap = best - worst "
-           "accuracy over the needle offset mod L (ChunkKV's grid starts at position 0), weakest "
-           "residue in brackets. Budget in tokens kept (ChunkKV as published rounds the budget "
-           "it is given, in its label, down to whole chunks).", ""]
+           "The cache pruned once after the prompt (`eviction_needles`; for the lookup rows, "
+           "`eviction_lookup`, at the record region's end, the depth column naming the "
+           "padding), the answer decoded from what was kept; accuracy in %, every seed's "
+           "haystacks (lookup: prompts) pooled; gap = best - worst accuracy over the needle "
+           "offset (lookup: the target key's position) mod L (ChunkKV's grid starts at position "
+           "0), weakest residue in brackets. Budget in tokens kept (ChunkKV as published rounds "
+           "the budget it is given, in its label, down to whole chunks).", ""]
   for claim in (c for c in claims if c.id in CLAIMS):
     lines.append(f"- {claim.id} {claim.verdict} ({claim.seeds_agreeing} seeds): "
                  f"{claim.statement}")

@@ -58,16 +58,9 @@ def _gate(stride: int | None) -> tuple[float, int, float]:
   return period_effect.PERIODIC_DIP, stride, CHANCE
 
 
-# The in-sequence role is played by the decorrelated padding where a unit has it instead
-# (plan version 5; lookup_task.DECORRELATED).
-_MATRIX_KEYS = {"prefix": ("prefix",), "in_sequence": ("in_sequence", "in_sequence_decorrelated")}
-
-
 def _matrix(load: correctness.Loader | None, unit: str,
             padding: str) -> correctness.Matrix | None:
-  found = (None if load is None else load(unit)) or {}
-  return next((found[f"lookup_{k}"] for k in _MATRIX_KEYS[padding] if f"lookup_{k}" in found),
-              None)
+  return pr.lookup_matrix(None if load is None else load(unit), padding)
 
 
 def _positions(stack: list[correctness.Matrix]) -> np.ndarray | None:
@@ -87,6 +80,19 @@ def _decide(stack: list[correctness.Matrix | None], stride: int | None,
   table = residue_effect.from_prompts(np.stack([x.correct_YxJ for x in stack]),
                                       positions_YxR=positions)
   return period_effect.decide(table, gate=_gate(stride))
+
+
+def decide_units(load: correctness.Loader | None, units: Sequence[str], padding: str,
+                 stride: int | None, rules: claim_rules.Rules = claim_rules.CURRENT_RULES
+                 ) -> period_effect.PeriodDecision | None:
+  """The period decision of ``units`` pooled (the prompt as the unit) in one padding role;
+  None without every unit's stored matrix."""
+  return _decide([_matrix(load, u, padding) for u in units], stride, rules)
+
+
+def describe(d: period_effect.PeriodDecision | None) -> str:
+  """A decision in words: "periodic 8", "flat", "no period", "undecided" or "no matrix"."""
+  return _text(d)
 
 
 def stride_of(setup) -> int | None:

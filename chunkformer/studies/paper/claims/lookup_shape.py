@@ -76,8 +76,7 @@ def published(accuracy_points: Sequence[float], stride: int) -> PublishedShape:
 
 def _table(units: Sequence[VariantRecord], padding: str,
            load: correctness.Loader | None) -> residue_effect.ResidueMeans | None:
-  found = [(load(u.name) if load else None) or {} for u in units]
-  stack = [f.get(f"lookup_{padding}") for f in found]
+  stack = [pr.lookup_matrix(load(u.name) if load else None, padding) for u in units]
   if stack and all(m is not None for m in stack) and len({m.correct_YxJ.shape
                                                            for m in stack}) == 1:
     return residue_effect.from_prompts(np.stack([m.correct_YxJ for m in stack]))

@@ -1,7 +1,8 @@
 """The statistics the paper study's report shows, computed once when the sweep is judged: one
 row per variant with lookup records (seeds pooled per padding mode), the shape of each row's
 and each unit's curve against its noise (``claims.lookup_shape``; C10's comparison line sets
-the row's beside the paper's), and C13's worst-residue spreads.
+the row's beside the paper's), C13's worst-residue spreads, and the size trend (plan version
+5: W8/S8 1 KV and full 1 KV at three model sizes; described, no claim).
 
 The report (``report.paper_table``) formats these and the paper's published rows; it computes
 nothing.
@@ -19,7 +20,7 @@ import numpy as np
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
-from chunkformer.studies.paper.claims import lookup_shape
+from chunkformer.studies.paper.claims import effect_size, lookup_shape
 from chunkformer.studies.paper.claims import paper_rows as pr
 from chunkformer.studies.paper.claims.lookup_shape import PublishedShape, Shape
 from chunkformer.studies.paper.records import published
@@ -46,6 +47,20 @@ class Row:
 
 
 @dataclasses.dataclass(frozen=True)
+class SizeRow:
+  """One model size of a row of the size trend (plan version 5, block C; described, no
+  claim): its units of seeds ``TREND_SEEDS`` pooled, prefix padding."""
+
+  row: str  # the row at size `cpu` (w8s8_1kv, full_1kv)
+  size: str
+  variant: str
+  seeds: int
+  prefix: ResidueAccuracy | None
+  shape: Shape | None
+  decision: str  # the period decision by effect size ("periodic 8", "flat", ...)
+
+
+@dataclasses.dataclass(frozen=True)
 class Tables:
   rows: tuple[Row, ...] = ()
   units: Mapping[str, Mapping[str, Shape | None]] = dataclasses.field(
@@ -53,6 +68,7 @@ class Tables:
   # C13: the largest worst-residue difference between rows within MEAN_MATCH in prefix mean
   worst_spread: float | None = None  # ours, points
   paper_worst_spread: float | None = None  # the paper's published rows, points
+  sizes: tuple[SizeRow, ...] = ()  # the size trend, where the sweep has size rows
 
 
 def worst_spread(rows: Sequence[tuple[float, float]]) -> float | None:
@@ -92,6 +108,37 @@ def _row(variant: str, units: Sequence[VariantRecord], load: correctness.Loader 
   return dataclasses.replace(row, paper_shape=lookup_shape.published(theirs["acc"], row.stride))
 
 
+# The size trend (results/paper_plan5/PLAN.md, section 4): these rows at the sizes of
+# ``configs/paper/runs.SIZES`` (named size_<size>_<row>) and at size `cpu` (the row itself),
+# each on the seeds every size has.
+TREND_ROWS = ("w8s8_1kv", "full_1kv")
+TREND_SIZES = ("small", "cpu", "large")
+TREND_SEEDS = (0, 1)
+
+
+def size_trend(found: Mapping[str, Sequence[VariantRecord]], load: correctness.Loader | None,
+               rules) -> tuple[SizeRow, ...]:
+  """The trend's rows (empty unless the sweep has a size_ row of ``TREND_ROWS``)."""
+  if not any(f"size_{size}_{row}" in found for row in TREND_ROWS for size in TREND_SIZES):
+    return ()
+  out = []
+  for row in TREND_ROWS:
+    for size in TREND_SIZES:
+      variant = row if size == "cpu" else f"size_{size}_{row}"
+      units = [u for u in found.get(variant, ()) if u.setup.seed in TREND_SEEDS]
+      if not units:
+        continue
+      prefix = pr.pooled_mode(units, "prefix")
+      modulus = None if prefix is None else prefix.modulus
+      stride = effect_size.stride_of(units[0].setup)
+      decision = effect_size.decide_units(load, [u.name for u in units], "prefix", stride,
+                                          rules)
+      out.append(SizeRow(row, size, variant, len(units), prefix,
+                         lookup_shape.shapes(units, load, modulus)["prefix"],
+                         effect_size.describe(decision)))
+  return tuple(out)
+
+
 def tables(e) -> Tables:
   """The judging hook (``claims.registry.Judging.tables``)."""
   found = lookup_units(e.records)
@@ -102,4 +149,4 @@ def tables(e) -> Tables:
           if (t := row.pooled["prefix"]) is not None]
   theirs = [(r["pp"]["mean"][0], r["pp"]["worst"]) for r in published.published()["runs"]]
   return Tables(rows, lookup_shape.by_unit(found, e.matrices), worst_spread(ours),
-                worst_spread(theirs))
+                worst_spread(theirs), size_trend(found, e.matrices, e.rules))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from chunkformer.evaluation.claims.plan_check import flag
+from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value
 from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
@@ -91,6 +92,19 @@ def ablation_kind(setup: VariantSetup) -> str | None:
   if not setup.rope:
     return "RoPE off"
   return "uniform averaging" if setup.pooling == "mean" else None
+
+
+# The stored matrices' keys of each padding role: the decorrelated padding plays the
+# in-sequence role where a unit has it instead (plan version 5).
+MATRIX_KEYS = {"prefix": ("prefix",), "in_sequence": ("in_sequence", DECORRELATED)}
+
+
+def lookup_matrix(stored: Mapping[str, correctness.Matrix] | None,
+                  padding: str) -> correctness.Matrix | None:
+  """A unit's lookup answer matrix of one padding role from its stored matrices, or None."""
+  stored = stored or {}
+  return next((stored[f"lookup_{k}"] for k in MATRIX_KEYS[padding] if f"lookup_{k}" in stored),
+              None)
 
 
 def lookup_modes(record: VariantRecord) -> dict[str, ResidueAccuracy] | None:

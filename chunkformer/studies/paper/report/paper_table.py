@@ -1,8 +1,10 @@
 """The summary's paper-style pieces for sweeps with lookup records: the main table (per row: val
 loss, mean, worst and gap in both padding modes, the paper's published row beside each of
 ours, labelled as the paper's scale), the main figure (accuracy by residue per row, the
-paper's curve beside) and one line per claim C10-C16 saying where our result agrees with the
-paper or differs from it, and by how much (``records/paper_published.json``).
+paper's curve beside; first the paper's strides, full attention and the cures, then every row)
+and one line per claim C10-C21 saying where our result agrees with the paper or differs from
+it, and by how much, and for a cure what remains inside the chunk
+(``records/paper_published.json``).
 
 Rows are sweep variants; a row's seeds are pooled when the sweep is judged
 (``claims.main_table``). Formatting only: every number comes from there, the claims or the
@@ -23,6 +25,7 @@ from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import p_value, percent
 from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
+from chunkformer.studies.paper.claims import cure_claims
 from chunkformer.studies.paper.claims.lookup_shape import Shape
 from chunkformer.studies.paper.claims.main_table import MODES, Row, Tables
 from chunkformer.studies.paper.claims.paper_rows import POOLED
@@ -63,16 +66,26 @@ def main_table(tables: Tables) -> list[str]:
   return lines
 
 
-def plot_residues(path: str, tables: Tables) -> str | None:
-  """The main figure: prefix-padding accuracy by residue per row (seeds pooled, Wilson band),
-  the paper's published curve dashed beside a row named after a paper run."""
-  if not tables.rows:
+def main_rows(tables: Tables) -> tuple[Row, ...]:
+  """The main figure's rows: full attention, the plain geometry rows with one KV head (the
+  paper's strides) and the cures, in the sweep's order."""
+  cures = {row for _, rows, _ in cure_claims.CURES.values() for row in rows}
+  return tuple(r for r in tables.rows if r.full or r.variant in cures or (
+      r.geometry and r.variant.startswith("w") and r.variant.endswith("_1kv")))
+
+
+def plot_residues(path: str, tables: Tables, shown: Sequence[Row] | None = None) -> str | None:
+  """Prefix-padding accuracy by residue per row of ``shown`` (default: every row; seeds
+  pooled, Wilson band), the paper's published curve dashed beside a row named after a paper
+  run."""
+  shown = tables.rows if shown is None else tuple(shown)
+  if not shown:
     return None
-  cols = min(4, len(tables.rows))
-  rows = -(-len(tables.rows) // cols)
+  cols = min(4, len(shown))
+  rows = -(-len(shown) // cols)
   fig = Figure(figsize=(3.2 * cols, 2.4 * rows))
   axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
-  for ax, row in zip(axes.flat, tables.rows, strict=False):
+  for ax, row in zip(axes.flat, shown, strict=False):
     table = row.pooled["prefix"]
     if table is not None:
       r = np.arange(table.modulus)
@@ -84,7 +97,7 @@ def plot_residues(path: str, tables: Tables) -> str | None:
     ax.set_title(row.variant, fontsize=9)
     ax.set_ylim(0, 100)
     ax.legend(fontsize=6)
-  for ax in list(axes.flat)[len(tables.rows):]:
+  for ax in list(axes.flat)[len(shown):]:
     ax.axis("off")
   fig.supxlabel("residue t_K mod 24 (prefix padding)")
   fig.supylabel("accuracy %")
@@ -162,8 +175,40 @@ _MECHANISM = ("the paper's published data hold no {what} values (only the knocko
               "shape, e.g. 28 x 24), so ours cannot be compared in numbers")
 
 
+def _gap_of(tables: Tables, variant: str) -> float | None:
+  row = next((r for r in tables.rows if r.variant == variant), None)
+  table = None if row is None else row.pooled["prefix"]
+  return None if table is None else table.gap
+
+
+def _stride_two() -> str:
+  """The paper's one model with a stride of 2 (DeepSeek-V4.1-Flash, long needle at 128K)."""
+  found = next((m for m in published.published()["niah"]["models"] if m["S"] == 2), None)
+  if found is None:
+    return "the paper publishes no stride-2 model"
+  return (f"the paper's only stride-2 model ({found['name']}, long needle at 128K tokens, "
+          f"residues mod 8) has a gap of {found['gap']:.1f} points, even residues above odd")
+
+
+def cure_line(claim: Claim, tables: Tables) -> str:
+  """A cure's line: per row its verdict, prefix gap beside its reference's, what remains
+  inside the chunk; the paper tested no cure under its protocol but a stride of 2."""
+  _, rows, reference = cure_claims.CURES[claim.id]
+  ref_gap = _gap_of(tables, reference)
+  parts = []
+  for row in rows:
+    found = claim.numbers.get(row)
+    if not isinstance(found, Mapping):
+      continue
+    parts.append(f"{row}: {found['verdict']}, prefix gap {percent(_gap_of(tables, row))} "
+                 f"points against {percent(ref_gap)} for {reference}; {found['inside_chunk']}")
+  paper = (_stride_two() if claim.id == "C21" else
+           "the paper tested no such cure (its cure is DeepSeek-V4.1's stride of 2, C21)")
+  return "; ".join(parts + [paper]) if parts else f"no cure row with stored answers; {paper}"
+
+
 def comparison_lines(claims: Sequence[Claim], tables: Tables) -> list[str]:
-  """One line per claim C10-C16: ours against the paper's published numbers."""
+  """One line per claim C10-C21: ours against the paper's published numbers."""
   by_id = {c.id: c for c in claims}
   if not tables.rows or "C10" not in by_id:
     return []
@@ -178,18 +223,45 @@ def comparison_lines(claims: Sequence[Claim], tables: Tables) -> list[str]:
       "C14": _MECHANISM.format(what="knockout"),
       "C15": _MECHANISM.format(what="gate concentration or knockout"),
       "C16": _MECHANISM.format(what="gate cycling"),
+      **{cid: cure_line(by_id[cid], tables) for cid in cure_claims.CURES if cid in by_id},
   }
   return [f"- **{cid}** ({by_id[cid].verdict} here) against the paper: {line}"
           for cid, line in text.items() if cid in by_id]
 
 
+def size_table(tables: Tables) -> list[str]:
+  """The size trend (described, no claim; empty without size rows)."""
+  if not tables.sizes:
+    return []
+  lines = ["### How the regime changes with size (described, no claim)", "",
+           "Lookup test, prefix padding, the seeds every size has pooled (the prompt as the "
+           "unit); accuracy %; phases that work: one-sided 95% lower bound >= 50% (of S, or of "
+           "8 for full attention); the period decision by effect size.", "",
+           "| row | size | seeds | mean | worst (residue) | gap | phases that work | "
+           "period decision |", "|:--|:--|--:|--:|--:|--:|--:|:--|"]
+  for r in tables.sizes:
+    mean, worst, gap = _cells(r.prefix)
+    works = "-" if r.shape is None else f"{len(r.shape.working)} of {r.shape.stride}"
+    lines.append(f"| {r.row} | {r.size} ({r.variant}) | {r.seeds} | {mean} | {worst} | {gap} | "
+                 f"{works} | {r.decision} |")
+  return lines
+
+
 def overview(view: View) -> dict[str, str]:
-  """The report's first figure: the lookup curves per row (none without lookup records)."""
+  """The report's first figures: the lookup curves of the paper's strides, full attention
+  and the cures (where the sweep has more rows than those), then of every row (none without
+  lookup records)."""
+  out = {}
+  focus = main_rows(view.tables)
+  if focus and len(focus) < len(view.tables.rows):
+    path = plot_residues(os.path.join(view.plots_dir, "lookup_main.png"), view.tables, focus)
+    out["lookup accuracy by residue mod 24: the paper's strides (1 KV), full attention and the "
+        "cures (prefix padding; the paper's curve dashed)"] = path
   residues = plot_residues(os.path.join(view.plots_dir, "lookup_residues.png"), view.tables)
-  if residues is None:
-    return {}
-  return {"lookup accuracy by residue mod 24 per row (prefix padding; the paper's curve "
-          "dashed)": residues}
+  if residues is not None:
+    out["lookup accuracy by residue mod 24 per row (prefix padding; the paper's curve "
+        "dashed)"] = residues
+  return out
 
 
 def summary(view: View) -> list[str]:
@@ -201,6 +273,9 @@ def summary(view: View) -> list[str]:
   shapes = shape_tables.row_table(view.tables)
   if shapes:
     lines += ["", *shapes]
+  sizes = size_table(view.tables)
+  if sizes:
+    lines += ["", *sizes]
   compared = comparison_lines(view.claims, view.tables)
   if compared:
     lines += ["", "Where our small-scale results agree with the paper or differ, per claim:",

@@ -1,0 +1,80 @@
+"""A committed paper-protocol sweep opened for reading, without training or probing anything:
+its records and claims as results.json stores them, its stored answers, and the report's
+tables (``claims.main_table``) recomputed from those. The notebook ``the_papers_table``
+draws the main table, the figures and the comparison with the paper from it.
+
+The claims are read as stored: under the current claim rules where the sweep stores them
+(``current_claims``, a sweep decided by older rules), else the deciding ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+from chunkformer import workdir
+from chunkformer.evaluation.claims import registry
+from chunkformer.evaluation.claims import rules as claim_rules
+from chunkformer.evaluation.records import correctness, results_file
+from chunkformer.evaluation.records.claim import Claim
+from chunkformer.studies.paper.claims import main_table
+
+# The paper's table, newest plan first: plan version 5, then version 4.
+SWEEPS = ("paper_plan5", "paper_protocol")
+# The claims a reader of the paper's table looks at first.
+PAPER_CLAIMS = tuple(f"C{i}" for i in range(10, 22)) + ("E4", "E5", "E6")
+
+
+@dataclasses.dataclass(frozen=True)
+class Opened:
+  directory: str
+  results: results_file.SweepResults
+  claims: tuple[Claim, ...]  # under the current rules where stored, else the deciding ones
+  rules: str  # the version the claims were judged under
+  tables: main_table.Tables
+
+
+def results_root(start: str | None = None) -> str:
+  """The repository's ``results/``: under ``start`` (default: the working directory) or its
+  parent (a notebook runs in notebooks/); FileNotFoundError naming both."""
+  start = os.path.abspath(start or os.getcwd())
+  found = [os.path.join(d, "results") for d in (start, os.path.dirname(start))]
+  for path in found:
+    if os.path.isdir(path):
+      return path
+  raise FileNotFoundError(f"no results/ directory in {found[0]} or {found[1]}: run from a "
+                          "checkout of the repository")
+
+
+def newest(root: str, sweeps: Sequence[str] = SWEEPS) -> str:
+  """The first of ``sweeps`` under ``root`` with a results.json (FileNotFoundError if none)."""
+  for name in sweeps:
+    path = os.path.join(root, name)
+    if os.path.exists(os.path.join(path, workdir.SWEEP_RESULTS_FILE)):
+      return path
+  raise FileNotFoundError(f"none of {', '.join(sweeps)} under {root} has a "
+                          f"{workdir.SWEEP_RESULTS_FILE}")
+
+
+def open_sweep(directory: str) -> Opened:
+  """``directory``'s committed sweep (module docstring)."""
+  results = results_file.load(os.path.join(directory, workdir.SWEEP_RESULTS_FILE))
+  rules = claim_rules.of_settings(results.settings)
+  evidence = registry.Evidence(results.variants, {}, correctness.loader(directory),
+                               rules=rules)
+  if results.current_claims:
+    claims, version = results.current_claims, results.current_rules
+  else:
+    claims, version = results.claims, rules.version
+  return Opened(directory, results, tuple(claims), version, main_table.tables(evidence))
+
+
+def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
+  """The claims ``ids`` as a markdown table: verdict, seeds agreeing, statement."""
+  lines = [f"Claims of `{os.path.basename(opened.directory)}` under claim rules version "
+           f"{opened.rules}:", "", "| claim | verdict | seeds agreeing | statement |",
+           "|:--|:--|--:|:--|"]
+  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |"
+            for c in opened.claims if c.id in ids]
+  return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""results/paper_plan5/RUN.md says only what the committed unit files hold: every unit of its
+latest state table with its held-out accuracy (final_metrics.json) and training minutes
+(sweep_train_time.json), every unit trained so far in the table, and the ranges its text
+quotes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SWEEP = os.path.join(ROOT, "results", "paper_plan5")
+
+
+def _latest_state() -> str:
+  with open(os.path.join(SWEEP, "RUN.md"), encoding="utf-8") as f:
+    text = f.read()
+  sections = re.split(r"\n(?=## )", text)
+  states = [s for s in sections if s.startswith("## State")]
+  assert states, "RUN.md has no state section"
+  return states[-1]
+
+
+def _table(section: str) -> dict[str, tuple[float, float]]:
+  """unit -> (held-out, minutes) from the section's table (two units per line)."""
+  found = {}
+  for line in section.splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) % 3 or not line.startswith("|") or cells[0] in ("unit", "") or \
+        cells[0].startswith("-"):
+      continue
+    for i in range(0, len(cells), 3):
+      if cells[i]:
+        found[cells[i]] = (float(cells[i + 1]), float(cells[i + 2]))
+  return found
+
+
+def _committed(unit: str) -> tuple[float, float] | None:
+  directory = os.path.join(SWEEP, unit)
+  metrics = os.path.join(directory, "final_metrics.json")
+  timing = os.path.join(directory, "sweep_train_time.json")
+  if not (os.path.exists(metrics) and os.path.exists(timing)):
+    return None
+  with open(metrics) as f, open(timing) as g:
+    return json.load(f)["heldout"]["accuracy"], json.load(g)["wall_s"] / 60
+
+
+TABLE = _table(_latest_state())
+
+
+def test_the_state_table_lists_every_trained_unit_and_nothing_else():
+  trained = sorted(u for u in os.listdir(SWEEP) if _committed(u) is not None)
+  assert sorted(TABLE) == trained
+
+
+@pytest.mark.parametrize("unit", sorted(TABLE))
+def test_each_units_numbers_are_its_committed_files(unit):
+  accuracy, minutes = _committed(unit)
+  assert TABLE[unit] == (round(accuracy, 3), round(minutes, 1))
+
+
+def test_the_ranges_the_text_quotes():
+  text = " ".join(_latest_state().split())
+
+  def span(prefix: str) -> str:
+    values = [TABLE[u][0] for u in TABLE if u.startswith(prefix)]
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+  assert f"the S = 12 row learns on this recipe ({span('w12s12_1kv_')} in both seeds" in text
+  assert f"controls reach {span('full_')} at 1, 4 and 8 KV heads" in text
