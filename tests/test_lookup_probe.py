@@ -133,6 +133,21 @@ def test_bad_options_are_config_errors_naming_the_probe():
   probe_registry.check({"lookup": {"modulus": 8}, "long_needle": {"key_len": 3}})
   with pytest.raises(ConfigError, match=r"'sweep\.probes\.lookup': .*modulo"):
     probe_registry.check({"lookup": {"modulo": 8}})
+  # a prompt count the matched design cannot use is refused before anything trains, at each
+  # probe's own modulus (head_knockout's default 8 needs multiples of 64); the shifted
+  # design takes any count
+  for name, options in (("head_knockout", {"prompts_per_residue": 16}),
+                        ("lookup", {"modulus": 8, "prompts_per_residue": 10}),
+                        ("long_needle", {"prompts_per_residue": 32})):
+    with pytest.raises(ConfigError, match=rf"'sweep\.probes\.{name}': prompts_per_residue: "
+                                          r"\d+ prompts per residue cannot match"):
+      probe_registry.check({name: options})
+  probe_registry.check({"lookup": {"modulus": 8, "prompts_per_residue": 10,
+                                   "positions": "shift"},
+                        "head_knockout": {"prompts_per_residue": 64}})
+  with pytest.raises(ConfigError, match=r"'sweep\.probes\.eviction_lookup': prompts_per_resi"):
+    probe_registry.check({"eviction_lookup": {"modulus": 8, "prompts_per_residue": 16,
+                                              "policies": [{"policy": "snapkv", "budget": 64}]}})
 
 
 def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():

@@ -23,6 +23,7 @@ Rows are the model's ``data.seq_len`` tokens long.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,35 @@ def check_vocabulary(field: str, vocabulary: str = TASK, word_seed: int = 0,
   if vocabulary == TASK and (word_seed or num_keys or num_values):
     raise ConfigError(f"config field '{field}': word_seed, num_keys and num_values choose "
                       f"words; set vocabulary = {WORDS!r} too")
+
+
+def check_prompt_count(field: str, modulus: int, prompts_per_residue: int,
+                       positions: str = lookup_task.POSITION_DESIGNS[0]) -> None:
+  """ConfigError naming ``field`` when ``prompts_per_residue`` (0: the smallest that works)
+  cannot match the residue groups' positions in mean and variance (the "moments" design;
+  the shifted design takes any count); needs no model."""
+  if prompts_per_residue and positions == lookup_task.POSITION_DESIGNS[0]:
+    try:
+      matched_positions.check_group_size(modulus, prompts_per_residue, "prompts_per_residue")
+    except ValueError as e:
+      raise ConfigError(f"config field '{field}': {e}") from None
+
+
+def check_options(field: str, probe, **given) -> None:
+  """The checks a sweep config's options for the position-matched probe ``probe`` (lookup,
+  long_needle, head_knockout, ...) get before anything trains: the vocabulary options, and
+  the prompt count against the probe's modulus where the probe takes one (its default when
+  not given)."""
+  check_vocabulary(field, **given)
+  defaults = inspect.signature(probe).parameters
+  if "modulus" not in defaults or "prompts_per_residue" not in defaults:
+    return
+  def value(name, fallback=None):
+    if given.get(name) is not None:
+      return given[name]
+    return defaults[name].default if name in defaults else fallback
+  check_prompt_count(field, value("modulus"), value("prompts_per_residue"),
+                     value("positions") or lookup_task.POSITION_DESIGNS[0])
 
 
 def _words(context: ProbeContext, given: dict[str, Any], word_seed: int, num_keys: int,

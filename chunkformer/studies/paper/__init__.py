@@ -69,16 +69,19 @@ def _cure(claim_id: str):
 
 _VOCABULARY_CHECKED = ("lookup", "long_needle", "gate_cycling", "head_knockout")
 
+_PROBES = {
+    "lookup": lookup.probe,  # position-matched lookup: accuracy by residue, Wilson intervals
+    "long_needle": lookup.needle_probe,  # multi-token records filling the context
+    "gate_concentration": gate_concentration.probe,  # effective offsets per gate
+    "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
+    "head_knockout": head_knockout.probe,  # KV heads mean-replaced: change by residue
+}
+
 STUDY = Study(
     name="paper",
-    probes={
-        "lookup": lookup.probe,  # position-matched lookup: accuracy by residue, Wilson intervals
-        "long_needle": lookup.needle_probe,  # multi-token records filling the context
-        "gate_concentration": gate_concentration.probe,  # effective offsets per gate
-        "gate_cycling": gate_cycling.probe,  # gates cycled by delta: do the weak phases follow?
-        "head_knockout": head_knockout.probe,  # KV heads mean-replaced: change by residue
-    },
-    option_checks={name: functools.partial(lookup.check_vocabulary, f"sweep.probes.{name}")
+    probes=_PROBES,
+    option_checks={name: functools.partial(lookup.check_options, f"sweep.probes.{name}",
+                                           _PROBES[name])
                    for name in _VOCABULARY_CHECKED},
     claims={
         "C10": _period("C10", paper_claims.c10),  # lookup period = S for S in 4, 6, 8, 12

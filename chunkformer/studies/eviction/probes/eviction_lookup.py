@@ -72,6 +72,8 @@ def check_options(policies: Sequence[Mapping[str, Any]] = (), test: str = "looku
   options = test_options(test, given)
   lookup.check_vocabulary(FIELD, options["vocabulary"], options["word_seed"],
                           options["num_keys"], options["num_values"])
+  lookup.check_prompt_count(FIELD, options["modulus"], options["prompts_per_residue"],
+                            options.get("positions") or lookup_task.POSITION_DESIGNS[0])
 
 
 def prompt_length(spec: lookup_task.LookupSpec | long_needle.NeedleSpec) -> int:

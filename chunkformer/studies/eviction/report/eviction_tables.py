@@ -11,6 +11,7 @@ variant and depth: a panel per budget given and L, a line per policy (percentage
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,7 +96,8 @@ def plot_phase_grid(rows: Sequence[PhaseRow], plots_dir: str) -> dict[tuple[str,
           ax.set_ylabel("accuracy %")
     handles, names = axes[0, 0].get_legend_handles_labels()
     figure.legend(handles, names, loc="outside right upper", fontsize=7)
-    name = f"eviction_phase_{key[0]}_{key[1]}.png"
+    # a lookup row's depth names its padding ("lookup, prefix"): file names keep [A-Za-z0-9_.-]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"eviction_phase_{key[0]}_{key[1]}") + ".png"
     path = os.path.join(plots_dir, name)
     os.makedirs(plots_dir, exist_ok=True)
     figure.savefig(path, format="png")
