@@ -89,6 +89,9 @@ def registered(monkeypatch):
   monkeypatch.setattr(studies, "STUDIES", (*studies.STUDIES, TOY_STUDY))
   studies.install()
   yield
+  # The test's own monkeypatching (spies put into PROBES) undone first, or its undo would put
+  # the toy study's probe back after the registries are restored.
+  monkeypatch.undo()
   for registry, contents in saved:  # in place: other modules hold these dicts by reference
     registry.clear()
     registry.update(contents)
