@@ -270,9 +270,6 @@ def summary(view: View) -> list[str]:
   if not table:
     return []
   lines = ["### Main table (the paper's columns)", "", *table]
-  shapes = shape_tables.row_table(view.tables)
-  if shapes:
-    lines += ["", *shapes]
   sizes = size_table(view.tables)
   if sizes:
     lines += ["", *sizes]

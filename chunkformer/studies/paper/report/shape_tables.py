@@ -1,5 +1,5 @@
 """The shape of the lookup curves against their noise (``claims.lookup_shape``, computed when
-the sweep is judged): per row (seeds pooled) in the summary, per unit in a section of its own.
+the sweep is judged): per row (seeds pooled), then per unit, in sections after the summary.
 Formatting only."""
 
 from __future__ import annotations
@@ -67,19 +67,22 @@ def _rows(named: Mapping[str, Mapping[str, Shape | None]]) -> list[str]:
 
 
 def row_table(tables: Tables) -> list[str]:
-  """The summary's per-row shape table (empty without a row that has one)."""
+  """The per-row shape table (empty without a row that has one)."""
   named = {row.variant: row.shape for row in tables.rows if any(row.shape.values())}
   if not named:
     return []
-  return ["### Shape of the lookup curves (rows, seeds pooled)", "", EXPLAINED, "",
+  return ["## Shape of the lookup curves (rows, seeds pooled)", "", EXPLAINED, "",
           *_rows(named)]
 
 
 def section(view: View) -> str:
-  """The per-unit shape section (empty without lookup records)."""
+  """The shape sections after the summary: per row, then per unit (empty without lookup
+  records)."""
   tables = view.tables
-  if tables is None or not any(any(s.values()) for s in tables.units.values()):
+  if tables is None:
     return ""
-  return "\n".join(["", "## Shape of each unit's lookup curve", "",
-                    "As the summary's row table, per unit (one seed each).", "",
-                    *_rows(tables.units)])
+  lines = row_table(tables)
+  if any(any(s.values()) for s in tables.units.values()):
+    lines += ["", "## Shape of each unit's lookup curve", "",
+              "As the row table above, per unit (one seed each).", "", *_rows(tables.units)]
+  return "\n".join(["", *lines]) if lines else ""
