@@ -29,20 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from chunkformer import eviction
+from chunkformer.evaluation.claims import grouped, standards
 from chunkformer.evaluation.claims import rules as claim_rules
-from chunkformer.evaluation.claims import standards
+from chunkformer.evaluation.claims.grouped import Outcome, holm_of
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import number
-from chunkformer.evaluation.stats.holm import holm
-from chunkformer.evaluation.stats.seed_rule import (
-  INCONCLUSIVE,
-  SeedAgreement,
-  common_verdict,
-  seed_agreement,
-)
 from chunkformer.studies.eviction.claims import eviction_data as data
 from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
 
@@ -64,15 +57,6 @@ CURE_ACCURACY = standards.LEARNED_ACCURACY  # E2: below it a missing period says
 PAIRED_ALPHA = 0.05  # E3
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-  """One judgment of one group: per seed or seed-pooled."""
-
-  holds: bool | None
-  reason: str
-  numbers: dict[str, Any]
-
-
 def _resampling(evidence) -> dict[str, int]:
   return dict(seed=evidence.seed, num_resamples=evidence.num_resamples,
               num_permutations=evidence.num_permutations)
@@ -80,7 +64,7 @@ def _resampling(evidence) -> dict[str, int]:
 
 def no_data(claim_id: str, why: str) -> Claim:
   """``claim_id`` INCONCLUSIVE for lack of data, saying which."""
-  return Claim(claim_id, STATEMENTS[claim_id], INCONCLUSIVE, why, {}, "0/0")
+  return grouped.no_data(claim_id, STATEMENTS[claim_id], why)
 
 
 def _gate(run_or_group) -> Outcome | None:
@@ -92,42 +76,17 @@ def _gate(run_or_group) -> Outcome | None:
 
 
 def combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
-             in_force: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
+            in_force: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
   """The seed rule per group (as the claim rules ``in_force`` say; default: the current
-  ones), the common verdict over groups, the claim's record."""
-  rules: dict[str, SeedAgreement] = {}
-  numbers: dict[str, Any] = {}
-  for name, (seeds, pooled) in per_group.items():
-    rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
-                                 min_agree=in_force.min_agree(len(seeds)))
-    numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
-                     "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
-                     "seed_rule": rules[name].record()}
-  verdict, note = common_verdict({n: r.verdict for n, r in rules.items()},
-                                         "policy configurations")
-  counted = [r for r in rules.values() if verdict == INCONCLUSIVE or r.verdict == verdict]
-  agree = sum(r.holds if verdict == INCONCLUSIVE else r.agreeing_seeds for r in counted)
-  summary = "; ".join(
-      f"{n}: {r.verdict}, holds in {r.count} seeds, pooled "
-      f"{'undecided' if r.pooled_holds is None else 'holds' if r.pooled_holds else 'fails'}"
-      + (f" ({r.reason})" if r.reason else "")
-      + (f" [pooled: {per_group[n][1].reason}]" if per_group[n][1].reason else "")
-      for n, r in rules.items())
-  reason = "; ".join(x for x in (note, summary) if x)
-  return Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers,
-               f"{agree}/{sum(r.seeds for r in counted)}")
-
-
-def holm_of(family: Sequence[tuple[Any, float]]) -> dict[Any, float]:
-  """key -> Holm-adjusted p over the family (key, raw p)."""
-  return {key: float(q) for (key, _), q in zip(family, holm([p for _, p in family]),
-                                                strict=True)}
+  ones), the common verdict over the policy configurations (``claims.grouped``)."""
+  return grouped.combine(claim_id, STATEMENTS[claim_id], per_group, in_force,
+                         "policy configurations")
 
 
 # --- E1 ----------------------------------------------------------------------------------
 
 
-def _period_outcome(found: data.Analysed | None, length: int, p: float | None,
+def _period_outcome(found: grouped.Analysed | None, length: int, p: float | None,
                     gate: Outcome | None) -> Outcome:
   if gate is not None:
     return gate
@@ -151,9 +110,9 @@ def _period_outcome(found: data.Analysed | None, length: int, p: float | None,
 def _periods(groups: Sequence[data.Group], evidence) -> dict[str, tuple[list[Outcome], Outcome]]:
   """E1's test of each grid group, per seed and pooled (Holm over ``groups``' pooled tests)."""
   kw = _resampling(evidence)
-  per_seed = {g.name: [data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
+  per_seed = {g.name: [grouped.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
               for g in groups}
-  pooled = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in groups}
+  pooled = {g.name: grouped.analyse(g.pooled(), [g.policy.chunk], **kw) for g in groups}
   adjusted = holm_of([(g.name, pooled[g.name].p_at[g.policy.chunk]) for g in groups
                        if pooled[g.name] is not None])
   out = {}
@@ -197,7 +156,7 @@ def e1_claim(evidence) -> Claim:
 # --- E2 ----------------------------------------------------------------------------------
 
 
-def _cure_outcome(found: data.Analysed | None, baselines: Mapping[int, data.Analysed],
+def _cure_outcome(found: grouped.Analysed | None, baselines: Mapping[int, grouped.Analysed],
                   p_of: Callable[[int], float], gate: Outcome | None) -> Outcome:
   """Content chunks against the periodic fixed grids ``baselines`` (L -> their analysis)."""
   if gate is not None:
@@ -220,7 +179,7 @@ def _cure_outcome(found: data.Analysed | None, baselines: Mapping[int, data.Anal
   return Outcome(flat and smaller, why, numbers)
 
 
-def _periodic(found: data.Analysed | None, length: int) -> bool:
+def _periodic(found: grouped.Analysed | None, length: int) -> bool:
   return (found is not None and found.detected_period == length
           and found.p_at[length] < standards.PERIOD_ALPHA)
 
@@ -231,10 +190,10 @@ def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
   kw = _resampling(evidence)
   bases = {c.name: [g for g in grids if data.same_budget_setting(g, c)] for c in cures}
   lengths = {c.name: sorted({g.policy.chunk for g in bases[c.name]}) for c in cures}
-  base_seed = {g.name: {r.seed: data.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs}
+  base_seed = {g.name: {r.seed: grouped.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs}
                for g in grids}
-  base_pool = {g.name: data.analyse(g.pooled(), [g.policy.chunk], **kw) for g in grids}
-  pooled = {c.name: data.analyse(c.pooled(), lengths[c.name], **kw) for c in cures}
+  base_pool = {g.name: grouped.analyse(g.pooled(), [g.policy.chunk], **kw) for g in grids}
+  pooled = {c.name: grouped.analyse(c.pooled(), lengths[c.name], **kw) for c in cures}
   adjusted = holm_of([((c.name, m), pooled[c.name].p_at[m]) for c in cures
                        if pooled[c.name] is not None for m in lengths[c.name]])
   out = {}
@@ -245,7 +204,7 @@ def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
       continue
     seeds = []
     for run in c.runs:
-      found = data.analyse(run.matrix, lengths[c.name], **kw)
+      found = grouped.analyse(run.matrix, lengths[c.name], **kw)
       periodic = {g.policy.chunk: base_seed[g.name][run.seed] for g in bases[c.name]
                   if _periodic(base_seed[g.name].get(run.seed), g.policy.chunk)}
       seeds.append(_cure_outcome(found, periodic, lambda m, f=found: f.p_at[m], _gate(run)))

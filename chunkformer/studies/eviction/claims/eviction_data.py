@@ -6,9 +6,9 @@ accuracies and the name of its matrix) and the matrices themselves (``DIR/correc
 as ``eviction_needles_<key>``). ``collect`` turns them into ``Group``s: one policy at one
 depth on one model variant, with one ``Run`` per training seed. A group's seed-pooled matrix
 stacks its seeds' haystack rows (``stats.seed_rule.pool_seeds``), as the study's seed-pooled
-records do. ``Analysed`` holds a matrix's statistics at the chunk lengths a claim reads;
-``phase_rows`` the report's table (accuracy by residue mod L, pooled over seeds, with Wilson
-intervals).
+records do (a matrix's statistics at the chunk lengths a claim reads:
+``claims.grouped.analyse``). ``phase_rows`` gives the report's table (accuracy by residue mod
+L, pooled over seeds, with Wilson intervals).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from chunkformer import eviction
 from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy, summarize
 from chunkformer.evaluation.stats.seed_rule import pool_seeds
 
@@ -127,39 +126,6 @@ def collect(records: Sequence[VariantRecord],
 def of_kind(groups: Sequence[Group], kind: type) -> list[Group]:
   """The groups whose policy is exactly of class ``kind`` (ChunkKV, ContentChunkKV, ...)."""
   return [g for g in groups if type(g.policy) is kind]
-
-
-@dataclasses.dataclass(frozen=True)
-class Analysed:
-  """A matrix's statistics at the chunk lengths a claim reads (``stats.analyze``)."""
-
-  accuracy: float
-  num_offsets: int  # J: periods up to J // 3 are candidates of the period scan
-  detected_period: int | None
-  p_at: Mapping[int, float]  # chunk length L -> phase-test p-value of offset mod L
-  gap_at: Mapping[int, float | None]  # L -> max-min accuracy over offset mod L
-  weakest_at: Mapping[int, int]  # L -> weakest phase
-
-  def numbers(self) -> dict[str, Any]:
-    return {"accuracy": self.accuracy, "detected_period": self.detected_period,
-            "p_value": {str(k): v for k, v in self.p_at.items()},
-            "gap": {str(k): v for k, v in self.gap_at.items()},
-            "weakest_phase": {str(k): v for k, v in self.weakest_at.items()}}
-
-
-def analyse(matrix: correctness.Matrix | None, lengths: Sequence[int], *, seed: int,
-            num_resamples: int, num_permutations: int) -> Analysed | None:
-  """The statistics of ``matrix`` at each chunk length (None without a matrix)."""
-  if matrix is None or not lengths:
-    return None
-  a = periodicity.analyze(matrix.correct_YxJ, matrix.offsets_J, list(lengths), seed=seed,
-                          num_resamples=num_resamples, num_permutations=num_permutations)
-  tests = {t.chunk_size: t for t in a.by_chunk_size}
-  return Analysed(float(np.mean(matrix.correct_YxJ)), int(matrix.offsets_J.size),
-                  a.detected_period,
-                  {m: float(t.p_value) for m, t in tests.items()},
-                  {m: t.table.gap.value for m, t in tests.items()},
-                  {m: int(t.table.weakest_phase) for m, t in tests.items()})
 
 
 @dataclasses.dataclass(frozen=True)

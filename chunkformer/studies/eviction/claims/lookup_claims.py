@@ -39,19 +39,14 @@ from scipy import stats as scipy_stats
 
 from chunkformer import eviction
 from chunkformer.evaluation.claims import rules as claim_rules
+from chunkformer.evaluation.claims.grouped import Outcome, holm_of
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats import period_effect, residue_effect
 from chunkformer.evaluation.stats.residue_accuracy import summarize
 from chunkformer.studies.eviction.claims import eviction_data as data
-from chunkformer.studies.eviction.claims.eviction_claims import (
-    PAIRED_ALPHA,
-    Outcome,
-    combine,
-    holm_of,
-    no_data,
-)
+from chunkformer.studies.eviction.claims.eviction_claims import PAIRED_ALPHA, combine, no_data
 from chunkformer.studies.eviction.stats.sign_flip import sign_flip_test
 
 PROBE = "eviction_lookup"

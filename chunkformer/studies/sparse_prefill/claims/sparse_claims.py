@@ -17,22 +17,14 @@ its seed-pooled tests; the per-seed tests stay at their own level (as for E1-E3)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from chunkformer import sparse_prefill
+from chunkformer.evaluation.claims import grouped, standards
 from chunkformer.evaluation.claims import rules as claim_rules
-from chunkformer.evaluation.claims import standards
+from chunkformer.evaluation.claims.grouped import Outcome, holm_of
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import number
-from chunkformer.evaluation.stats.holm import holm
-from chunkformer.evaluation.stats.seed_rule import (
-  INCONCLUSIVE,
-  SeedAgreement,
-  common_verdict,
-  seed_agreement,
-)
 from chunkformer.studies.sparse_prefill.claims import sparse_data as data
 
 STATEMENTS = {
@@ -43,22 +35,13 @@ BITES = (0.02, 0.98)  # P1: accuracy range in which a missing period counts agai
 FLAT_ACCURACY = standards.LEARNED_ACCURACY  # P2: below it a missing period says nothing
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-  """One judgment of one group: per seed or seed-pooled."""
-
-  holds: bool | None
-  reason: str
-  numbers: dict[str, Any]
-
-
 def _resampling(evidence) -> dict[str, int]:
   return dict(seed=evidence.seed, num_resamples=evidence.num_resamples,
               num_permutations=evidence.num_permutations)
 
 
 def _no_data(claim_id: str, why: str) -> Claim:
-  return Claim(claim_id, STATEMENTS[claim_id], INCONCLUSIVE, why, {}, "0/0")
+  return grouped.no_data(claim_id, STATEMENTS[claim_id], why)
 
 
 def _gate(run_or_group) -> Outcome | None:
@@ -71,40 +54,15 @@ def _gate(run_or_group) -> Outcome | None:
 
 def _combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
              in_force: claim_rules.Rules) -> Claim:
-  """The seed rule per group, the common verdict over groups, the claim's record."""
-  rules: dict[str, SeedAgreement] = {}
-  numbers: dict[str, Any] = {}
-  for name, (seeds, pooled) in per_group.items():
-    rules[name] = seed_agreement([o.holds for o in seeds], pooled.holds,
-                                 min_agree=in_force.min_agree(len(seeds)))
-    numbers[name] = {"seeds": [dict(o.numbers, holds=o.holds, reason=o.reason) for o in seeds],
-                     "pooled": dict(pooled.numbers, holds=pooled.holds, reason=pooled.reason),
-                     "seed_rule": rules[name].record()}
-  verdict, note = common_verdict({n: r.verdict for n, r in rules.items()},
-                                 "pattern configurations")
-  counted = [r for r in rules.values() if verdict == INCONCLUSIVE or r.verdict == verdict]
-  agree = sum(r.holds if verdict == INCONCLUSIVE else r.agreeing_seeds for r in counted)
-  summary = "; ".join(
-      f"{n}: {r.verdict}, holds in {r.count} seeds, pooled "
-      f"{'undecided' if r.pooled_holds is None else 'holds' if r.pooled_holds else 'fails'}"
-      + (f" ({r.reason})" if r.reason else "")
-      + (f" [pooled: {per_group[n][1].reason}]" if per_group[n][1].reason else "")
-      for n, r in rules.items())
-  reason = "; ".join(x for x in (note, summary) if x)
-  return Claim(claim_id, STATEMENTS[claim_id], verdict, reason, numbers,
-               f"{agree}/{sum(r.seeds for r in counted)}")
-
-
-def _holm_of(family: Sequence[tuple[Any, float]]) -> dict[Any, float]:
-  """key -> Holm-adjusted p over the family (key, raw p)."""
-  return {key: float(q) for (key, _), q in zip(family, holm([p for _, p in family]),
-                                                strict=True)}
+  """The seed rule per group, the common verdict over groups (``claims.grouped``)."""
+  return grouped.combine(claim_id, STATEMENTS[claim_id], per_group, in_force,
+                         "pattern configurations")
 
 
 # --- P1 ----------------------------------------------------------------------------------
 
 
-def _period_outcome(found: data.Analysed | None, block: int, p: float | None,
+def _period_outcome(found: grouped.Analysed | None, block: int, p: float | None,
                     gate: Outcome | None) -> Outcome:
   if gate is not None:
     return gate
@@ -131,9 +89,9 @@ def p1_claim(evidence) -> Claim:
   if not groups:
     return _no_data("P1", "no block-sparse pattern in the sweep's sparse_needles results")
   kw = _resampling(evidence)
-  per_seed = {g.name: [data.analyse(r.matrix, [g.block], **kw) for r in g.runs] for g in groups}
-  pooled = {g.name: data.analyse(g.pooled(evidence.rules), [g.block], **kw) for g in groups}
-  adjusted = _holm_of([(g.name, pooled[g.name].p_at[g.block]) for g in groups
+  per_seed = {g.name: [grouped.analyse(r.matrix, [g.block], **kw) for r in g.runs] for g in groups}
+  pooled = {g.name: grouped.analyse(g.pooled(evidence.rules), [g.block], **kw) for g in groups}
+  adjusted = holm_of([(g.name, pooled[g.name].p_at[g.block]) for g in groups
                        if pooled[g.name] is not None])
   out = {}
   for g in groups:
@@ -149,7 +107,7 @@ def p1_claim(evidence) -> Claim:
 # --- P2 ----------------------------------------------------------------------------------
 
 
-def _flat_outcome(found: data.Analysed | None, sizes: Sequence[int],
+def _flat_outcome(found: grouped.Analysed | None, sizes: Sequence[int],
                   p_of: Callable[[int], float], gate: Outcome | None) -> Outcome:
   if gate is not None:
     return gate
@@ -174,14 +132,14 @@ def p2_claim(evidence) -> Claim:
   if not sizes:
     return _no_data("P2", "no block-sparse pattern in the sweep: no block size to test at")
   kw = _resampling(evidence)
-  pooled = {g.name: data.analyse(g.pooled(evidence.rules), sizes, **kw) for g in lines}
-  adjusted = _holm_of([((g.name, m), pooled[g.name].p_at[m]) for g in lines
+  pooled = {g.name: grouped.analyse(g.pooled(evidence.rules), sizes, **kw) for g in lines}
+  adjusted = holm_of([((g.name, m), pooled[g.name].p_at[m]) for g in lines
                        if pooled[g.name] is not None for m in sizes])
   out = {}
   for g in lines:
     seeds = []
     for run in g.runs:
-      found = data.analyse(run.matrix, sizes, **kw)
+      found = grouped.analyse(run.matrix, sizes, **kw)
       seeds.append(_flat_outcome(found, sizes, lambda m, f=found: f.p_at[m], _gate(run)))
     pool = _flat_outcome(pooled[g.name], sizes, lambda m, n=g.name: adjusted[(n, m)],
                          _gate(g))

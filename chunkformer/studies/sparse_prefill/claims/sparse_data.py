@@ -6,10 +6,10 @@ it keeps, per depth the accuracies and the name of its matrix) and the matrices 
 (``DIR/correct/<unit>.npz`` as ``sparse_needles_<key>``). ``collect`` turns them into
 ``Group``s: one pattern at one depth on one model variant, with one ``Run`` per training seed;
 a group's seed-pooled matrix stacks its seeds' haystack rows (``stats.seed_rule.pool_seeds``).
-``analyse`` gives a matrix's statistics at the block sizes a claim reads; ``tables`` what the
-report shows (accuracy by residue mod B pooled over seeds, with Wilson intervals, and the
-keep-all control against the plain needle sweep). The eviction study has the same shape of
-code for its policies; a study imports no other study, so this one holds its own.
+A matrix's statistics at the block sizes a claim reads come from the engine
+(``claims.grouped.analyse``, shared with the eviction study); ``tables`` is what the report
+shows (accuracy by residue mod B pooled over seeds, with Wilson intervals, and the keep-all
+control against the plain needle sweep).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims import standards
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy, summarize
 from chunkformer.evaluation.stats.seed_rule import pool_seeds
 
@@ -122,39 +121,6 @@ def collect(records: Sequence[VariantRecord],
 def of_kind(groups: Sequence[Group], kind: type) -> list[Group]:
   """The groups whose pattern is exactly of class ``kind`` (BlockSparse, VerticalSlash, ...)."""
   return [g for g in groups if type(g.pattern) is kind]
-
-
-@dataclasses.dataclass(frozen=True)
-class Analysed:
-  """A matrix's statistics at the block sizes a claim reads (``stats.periodicity``)."""
-
-  accuracy: float
-  num_offsets: int  # J: periods up to J // 3 are candidates of the period scan
-  detected_period: int | None
-  p_at: Mapping[int, float]  # block size B -> phase-test p-value of offset mod B
-  gap_at: Mapping[int, float | None]  # B -> max-min accuracy over offset mod B
-  weakest_at: Mapping[int, int]  # B -> weakest residue
-
-  def numbers(self) -> dict[str, Any]:
-    return {"accuracy": self.accuracy, "detected_period": self.detected_period,
-            "p_value": {str(k): v for k, v in self.p_at.items()},
-            "gap": {str(k): v for k, v in self.gap_at.items()},
-            "weakest_phase": {str(k): v for k, v in self.weakest_at.items()}}
-
-
-def analyse(matrix: correctness.Matrix | None, sizes: Sequence[int], *, seed: int,
-            num_resamples: int, num_permutations: int) -> Analysed | None:
-  """The statistics of ``matrix`` at each block size (None without a matrix)."""
-  if matrix is None or not sizes:
-    return None
-  a = periodicity.analyze(matrix.correct_YxJ, matrix.offsets_J, list(sizes), seed=seed,
-                          num_resamples=num_resamples, num_permutations=num_permutations)
-  tests = {t.chunk_size: t for t in a.by_chunk_size}
-  return Analysed(float(np.mean(matrix.correct_YxJ)), int(matrix.offsets_J.size),
-                  a.detected_period,
-                  {m: float(t.p_value) for m, t in tests.items()},
-                  {m: t.table.gap.value for m, t in tests.items()},
-                  {m: int(t.table.weakest_phase) for m, t in tests.items()})
 
 
 @dataclasses.dataclass(frozen=True)
