@@ -332,26 +332,45 @@ def test_a_variant_with_a_current_record_is_not_evaluated_again(finished_sweep, 
   workdir, first = finished_sweep
   copy = str(tmp_path / "copy")
   shutil.copytree(workdir, copy)
-  asked = []
-  def evaluate(sweep_, variants, workdir_):
-    asked.append([v.name for v in variants])
-    return []
   monkeypatch.setattr(trainer, "train", lambda *a, **k: pytest.fail("training started"))
-  monkeypatch.setattr(sweep, "_evaluate", evaluate)
+  # the stored record is current: nothing to evaluate
+  monkeypatch.setattr(sweep.unit, "evaluate", lambda *a, **k: pytest.fail("evaluation started"))
   again = sweep.run(_sweep({"smoke": SMOKE}), copy, command="test")
-  assert asked == [[]]  # the stored record is current: nothing to evaluate
   assert again.records[0].analysis == first.records[0].analysis
   assert again.verdicts == first.verdicts
   # As committed under results/ (no records/, no checkpoints): results.json's entry serves.
   shutil.rmtree(os.path.join(copy, sweep.RECORDS_DIR))
   shutil.rmtree(os.path.join(copy, "smoke", "checkpoints"))
   again = sweep.run(_sweep({"smoke": SMOKE}), copy, command="test")
-  assert asked == [[], []] and again.records[0].analysis == first.records[0].analysis
+  assert again.records[0].analysis == first.records[0].analysis
   assert sweep.merge(_sweep({"smoke": SMOKE}), copy).verdicts == first.verdicts
   # A record made under other sweep settings is stale: that variant is evaluated again.
-  with pytest.raises(KeyError, match="smoke"):  # the stub returned no record for it
+  asked = []
+
+  def evaluate(trained, variant, *args, **kwargs):
+    asked.append(variant.name)
+    raise InterruptedError("stop here")
+  monkeypatch.setattr(sweep.trained_lib, "load", lambda workdir_: None)
+  monkeypatch.setattr(sweep.unit, "evaluate", evaluate)
+  with pytest.raises(InterruptedError, match="stop here"):
     sweep.run(_sweep({"smoke": SMOKE}, num_resamples=60), copy, command="test")
-  assert asked[-1] == ["smoke"]
+  assert asked == ["smoke"]
+
+
+def test_each_unit_is_evaluated_once_it_trains_so_a_stopped_sweep_keeps_its_records(
+    tmp_path, monkeypatch):
+  real = trainer.train
+
+  def train(config, workdir, **kwargs):
+    if os.path.basename(workdir) == "second":
+      raise InterruptedError("stopped before the second unit trained")
+    return real(config, workdir, **kwargs)
+  monkeypatch.setattr(trainer, "train", train)
+  workdir = str(tmp_path / "run")
+  with pytest.raises(InterruptedError):
+    sweep.run(_sweep({"first": SMOKE, "second": SMOKE}), workdir, command="test")
+  assert os.path.exists(sweep.record_path(workdir, "first"))  # trained, then evaluated
+  assert not os.path.exists(sweep.record_path(workdir, "second"))
 
 
 def test_unfinished_checkpoint_dir_is_refused(finished_sweep, tmp_path):

@@ -1,18 +1,19 @@
-"""Sweep orchestration: train the variants that are missing, evaluate all, write the results.
+"""Sweep orchestration: train each variant that is missing and evaluate it, write the results.
 
 ``run(config, DIR)`` with a sweep config (``config``):
 1. resolves and checks every variant (ConfigError before anything is trained or written);
-2. trains each variant without a finished run in ``DIR/<variant>/`` with the training library
-   (which resumes an interrupted run), showing the variant, step and ETA;
-3. evaluates every variant (``unit``: the probes ``sweep.probes`` enables; by default the
-   needle shift sweep, prefix probe and slot gains),
+2. takes each variant in turn: trains it when it has no finished run in ``DIR/<variant>/``
+   with the training library (which resumes an interrupted run), showing the variant, step
+   and ETA, then evaluates it unless its stored record is current (``unit``: the probes
+   ``sweep.probes`` enables; by default the needle shift sweep, prefix probe and slot gains),
    storing its record in ``DIR/records/<variant>.json``, its correctness matrices in
    ``DIR/correct/<variant>.npz`` and, for language models, its held-out per-token loss rows
-   in ``DIR/lm_loss/<variant>.npz``;
-4. writes (``outputs``) ``DIR/results.json`` (the records, verdict lines and claims),
+   in ``DIR/lm_loss/<variant>.npz`` (a stopped sweep keeps the records of the variants it
+   finished);
+3. writes (``outputs``) ``DIR/results.json`` (the records, verdict lines and claims),
    ``DIR/report.md`` with the comparison table, claims, verdicts and figures, and the figures
    under ``DIR/plots/``.
-With a shard (``shards``: ``--shard i/n``) steps 2-3 cover that shard's variants and step 4
+With a shard (``shards``: ``--shard i/n``) step 2 covers that shard's variants and step 3
 waits until every variant has a current record (or ``merge``).
 
 A variant counts as finished when ``DIR/<variant>/final_metrics.json`` records its last step
@@ -152,9 +153,11 @@ def _each_unit(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Varian
                           name=lambda v: f"sweep unit {v.name!r}")
 
 
-def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
+def _trainer(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]):
+  """The per-unit training of ``variants`` (a unit with a finished run, maybe trained by
+  another shard meanwhile, is left as it is)."""
   s = sweep.settings
-  display = ProgressDisplay(s.name, [v for v in variants if not is_finished(v)])
+  display = ProgressDisplay(s.name, [v for v in variants if v.train and not is_finished(v)])
 
   def train(variant: sweep_config.Variant) -> None:
     if variant.name not in display.names or is_finished(variant):  # maybe by another shard
@@ -171,19 +174,23 @@ def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) 
       raise Interrupted(f"sweep variant {variant.name!r} stopped at step {final['step']} "
                         "(preempted, checkpoint saved); rerun the same command to resume")
 
-  _each_unit(sweep, [v for v in variants if v.train], "sweep training", train)
+  return train
+
+
+def _train(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant]) -> None:
+  """Trains every unit of ``variants`` that has no finished run."""
+  _each_unit(sweep, [v for v in variants if v.train], "sweep training", _trainer(sweep, variants))
 
 
 def record_path(workdir: str, variant: str) -> str:
   return os.path.join(workdir, RECORDS_DIR, f"{variant}.json")
 
 
-def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
-              workdir: str) -> list[VariantRecord]:
-  """Evaluates ``variants``; each record is also stored (``record_path``) for a merge. A unit
-  another shard evaluated while this one waited for it is not evaluated again (not returned)."""
-  records = []
-
+def _evaluator(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+               workdir: str, records: list[VariantRecord]):
+  """The per-unit evaluation of ``variants``: each record is appended to ``records`` and
+  stored (``record_path``) for a merge. A unit another shard evaluated while this one waited
+  for it is not evaluated again (nor appended)."""
   def evaluate(variant: sweep_config.Variant) -> None:
     if stored_record(sweep, variant, workdir)[0] is not None:
       logging.info("[sweep %s] %r: evaluated by another process meanwhile", sweep.settings.name,
@@ -210,7 +217,38 @@ def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant
                                           indent=1) + "\n")
     records.append(record)
 
-  _each_unit(sweep, variants, "sweep evaluation", evaluate)
+  return evaluate
+
+
+def _evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+              workdir: str) -> list[VariantRecord]:
+  """Evaluates ``variants`` (``_evaluator``); returns the records made."""
+  records: list[VariantRecord] = []
+  _each_unit(sweep, variants, "sweep evaluation", _evaluator(sweep, variants, workdir, records))
+  return records
+
+
+def _train_and_evaluate(sweep: sweep_config.Sweep, variants: Sequence[sweep_config.Variant],
+                        workdir: str, merged: Mapping[str, dict]) -> list[VariantRecord]:
+  """Each unit in turn: trained when it has no finished run, then evaluated unless its stored
+  record is current (same settings, config and finished run; in DIR/records/ or
+  DIR/results.json), so a stopped sweep keeps every record of a unit it finished and resumes
+  both; returns the records made. Move DIR/records/ and DIR/results.json away to evaluate every
+  unit afresh."""
+  records: list[VariantRecord] = []
+  train = _trainer(sweep, variants)
+  evaluate = _evaluator(sweep, variants, workdir, records)
+
+  def both(variant: sweep_config.Variant) -> None:
+    if variant.train:
+      train(variant)
+    if stored_record(sweep, variant, workdir, merged)[0] is not None:
+      logging.info("[sweep %s] %r: stored record is current, not evaluated again",
+                   sweep.settings.name, variant.name)
+      return
+    evaluate(variant)
+
+  _each_unit(sweep, variants, "sweep unit", both)
   return records
 
 
@@ -283,19 +321,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
     mine = shard.select(sweep.variants)
     logging.info("[sweep %s] shard %s: variants %s", sweep.settings.name, shard,
                  ", ".join(v.name for v in mine))
-  _train(sweep, mine)
-  # A variant whose stored record is current (same settings, config and finished run; in
-  # DIR/records/ or DIR/results.json) is not evaluated again, so a stopped sweep resumes its
-  # evaluation too; move DIR/records/ and DIR/results.json away to evaluate every variant afresh.
   merged = merged_entries(workdir)
-  stored = {v.name: stored_record(sweep, v, workdir, merged)[0] for v in mine}
-  for name, record in stored.items():
-    if record is not None:
-      logging.info("[sweep %s] %r: stored record is current, not evaluated again",
-                   sweep.settings.name, name)
-  fresh = _evaluate(sweep, [v for v in mine if stored[v.name] is None], workdir)
+  fresh = _train_and_evaluate(sweep, mine, workdir, merged)
   evaluated = {r.name: r for r in fresh}
-  evaluated.update({name: record for name, record in stored.items() if record is not None})
+  for variant in (v for v in mine if v.name not in evaluated):  # its stored record is current
+    if (record := stored_record(sweep, variant, workdir, merged)[0]) is not None:
+      evaluated[variant.name] = record
   for variant in (v for v in mine if v.name not in evaluated):  # evaluated by another shard
     if (record := stored_record(sweep, variant, workdir)[0]) is not None:  # while we waited
       evaluated[variant.name] = record
