@@ -69,5 +69,6 @@ def test_the_ranges_the_text_quotes():
     values = [TABLE[u][0] for u in TABLE if u.startswith(prefix)]
     return f"{min(values):.2f}-{max(values):.2f}"
 
-  assert f"the S = 12 row learns on this recipe ({span('w12s12_1kv_')} in both seeds" in text
+  assert (f"the S = 12 row learns on this recipe ({span('w12s12_1kv_')} in every trained "
+          "seed") in text
   assert f"controls reach {span('full_')} at 1, 4 and 8 KV heads" in text
