@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +41,15 @@ class Matrix:
   # the target's position in its row, where the design varies it within an offset (the
   # lookup test's residue groups): what a position term in the analysis adjusts for
   positions_YxJ: np.ndarray | None = None
+
+
+def shared_positions(matrices: Sequence[Matrix]) -> np.ndarray | None:
+  """The target positions every matrix's prompts share (seeds asked the same prompts), None
+  unless all store the same."""
+  found = [m.positions_YxJ for m in matrices]
+  if any(p is None for p in found) or any(not np.array_equal(p, found[0]) for p in found):
+    return None
+  return found[0]
 
 
 # unit name -> its matrices, or None when not stored (``loader`` reads DIR)

@@ -324,11 +324,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, command: str = "",
   merged = merged_entries(workdir)
   fresh = _train_and_evaluate(sweep, mine, workdir, merged)
   evaluated = {r.name: r for r in fresh}
-  for variant in (v for v in mine if v.name not in evaluated):  # its stored record is current
+  # The rest: a stored record that was current, or one another shard wrote while we waited.
+  for variant in (v for v in mine if v.name not in evaluated):
     if (record := stored_record(sweep, variant, workdir, merged)[0]) is not None:
-      evaluated[variant.name] = record
-  for variant in (v for v in mine if v.name not in evaluated):  # evaluated by another shard
-    if (record := stored_record(sweep, variant, workdir)[0]) is not None:  # while we waited
       evaluated[variant.name] = record
   if shard is not None:
     others = {v.name: stored_record(sweep, v, workdir, merged) for v in sweep.variants

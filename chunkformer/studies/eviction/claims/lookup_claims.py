@@ -121,13 +121,6 @@ def _stack(matrices: Sequence[correctness.Matrix | None]) -> list[correctness.Ma
   return list(matrices)
 
 
-def _positions(stack: Sequence[correctness.Matrix]) -> np.ndarray | None:
-  found = [m.positions_YxJ for m in stack]
-  if any(p is None for p in found) or any(not np.array_equal(p, found[0]) for p in found):
-    return None
-  return found[0]
-
-
 def decide(matrices: Sequence[correctness.Matrix | None], length: int,
            rules: claim_rules.Rules = claim_rules.CURRENT_RULES
            ) -> period_effect.PeriodDecision | None:
@@ -140,7 +133,7 @@ def decide(matrices: Sequence[correctness.Matrix | None], length: int,
   residues = stack[0].correct_YxJ.shape[1]
   if residues % length:
     return None
-  positions = _positions(stack) if rules.position_term else None
+  positions = correctness.shared_positions(stack) if rules.position_term else None
   table = residue_effect.from_prompts(np.stack([m.correct_YxJ for m in stack]),
                                       positions_YxR=positions)
   periods = tuple(p for p in range(2, residues + 1) if residues % p == 0)

@@ -63,20 +63,12 @@ def _matrix(load: correctness.Loader | None, unit: str,
   return pr.lookup_matrix(None if load is None else load(unit), padding)
 
 
-def _positions(stack: list[correctness.Matrix]) -> np.ndarray | None:
-  """The target positions every seed's prompts share, None unless all store the same."""
-  found = [m.positions_YxJ for m in stack]
-  if any(p is None for p in found) or any(not np.array_equal(p, found[0]) for p in found):
-    return None
-  return found[0]
-
-
 def _decide(stack: list[correctness.Matrix | None], stride: int | None,
             rules: claim_rules.Rules = claim_rules.CURRENT_RULES):
   if not stack or any(x is None for x in stack) or len({x.correct_YxJ.shape
                                                         for x in stack}) != 1:
     return None
-  positions = _positions(stack) if rules.position_term else None
+  positions = correctness.shared_positions(stack) if rules.position_term else None
   table = residue_effect.from_prompts(np.stack([x.correct_YxJ for x in stack]),
                                       positions_YxR=positions)
   return period_effect.decide(table, gate=_gate(stride))
