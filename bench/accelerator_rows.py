@@ -144,6 +144,13 @@ def kernel_rows(t: int, chunk: str, shape: str, dtype, reps: int, full_impl: str
     cases["compressed_fused_bwd"] = (impl, visible, lambda q, k, v, ek, ev: kernels.chunk_attention(
         q, k, v, seg, ek, ev, entry_ends, entry_seg, window=dims["window"], implementation=impl,
         interpret=interpret, block_sizes=fused), (q, k, v, ek, ev), (0, 1, 2, 3, 4))
+    if jnp.dtype(dtype) != jnp.float32:  # the Mosaic GPU forward (wgmma: bf16 / f16 only)
+      mosaic = dataclasses.replace(fused, backward="split", forward="mosaic")
+      cases["compressed_mosaic_fwd"] = (impl, visible, lambda q, k, v, ek, ev: (
+          kernels.chunk_attention(q, k, v, seg, ek, ev, entry_ends, entry_seg,
+                                  window=dims["window"], implementation=impl,
+                                  interpret=interpret, block_sizes=mosaic)),
+          (q, k, v, ek, ev), (0, 1, 2, 3, 4))
   base = dict(section="kernels", T=t, M=chunk, dtype=jnp.dtype(dtype).name, capacity=capacity,
               **dims)
   rows = {}

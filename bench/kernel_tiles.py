@@ -3,15 +3,15 @@
   python -m bench.kernel_tiles [--small] [--out bench/results]
     -> bench/results/kernel_tiles.{md,json}
 
-Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and the two dk/dv kernels, and the
-TPU ones, whose grid also walks a static worst case), per layout (the accelerator bench's:
-Qwen3-0.6B's window W = 128 and G = 2 query heads per kv head, one document, entries every
-M = 4 tokens or at Bernoulli(1/4) ends; the same with 16 documents; full attention as the
-kernel runs it, a whole-row window and no entries) and per tile set (the GPU and TPU defaults
-of ``kernels.AttentionBlockSizes`` and its per-device table's H200 entry): executed tiles /
-needed tiles (tiles holding a visible score; the goal: <= 1.10), executed pairs / useful
-pairs (the masked share inside the tiles run) and the tiles that build a mask. No device and
-no timing: the counts follow from the layout and the loop bounds alone.
+Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and the two dk/dv kernels, the Mosaic GPU
+forward, and the TPU ones, whose grid also walks a static worst case), per layout (the accelerator
+bench's: Qwen3-0.6B's window W = 128 and G = 2 query heads per kv head, one document, entries every
+M = 4 tokens or at Bernoulli(1/4) ends; the same with 16 documents; full attention as the kernel
+runs it, a whole-row window and no entries) and per tile set (the GPU and TPU defaults of
+``kernels.AttentionBlockSizes`` and its per-device table's H200 entry, the latter also with
+``forward="mosaic"``): executed tiles / needed tiles (tiles holding a visible score; the goal: <=
+1.10), executed pairs / useful pairs (the masked share inside the tiles run) and the tiles that
+build a mask. No device and no timing: the counts follow from the layout and the loop bounds alone.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 
 if __package__ in (None, ""):  # python bench/kernel_tiles.py: make the repo root importable
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import dataclasses
 
 import numpy as np
 
@@ -35,6 +37,7 @@ GOAL = 1.10  # executed tiles within 10% of the needed ones
 TILE_SETS = {  # the default tiles of each platform and the per-device table's Hopper entry
     "gpu default": AttentionBlockSizes.gpu(),
     "gpu H200": AttentionBlockSizes.gpu("NVIDIA H200"),
+    "mgpu H200": dataclasses.replace(AttentionBlockSizes.gpu("NVIDIA H200"), forward="mosaic"),
     "tpu default": AttentionBlockSizes.tpu(),
 }
 
@@ -67,6 +70,8 @@ def rows(seq_lens: list[int]) -> list[dict]:
                                if s.startswith(k.split("_")[0])):
         if kernel.startswith("gpu"):
           tiles = tiles_lib.gpu_tiles(TILE_SETS[tile_set], t, len(ends_c), GROUP)
+        elif kernel.startswith("mgpu"):
+          tiles = tiles_lib.mgpu_tiles(TILE_SETS[tile_set], t, len(ends_c), GROUP)
         else:
           tiles = tiles_lib.tpu_tiles(TILE_SETS[tile_set], t, len(ends_c))
         n = tiles_lib.count(kernel, seg, ends_c, window, tiles)
@@ -85,11 +90,13 @@ def markdown(rows_: list[dict]) -> str:
       "# Chunk-attention kernels: executed against needed tiles (from the loop bounds)", "",
       "Written by `python -m bench.kernel_tiles` (no device: counts from the layout and each "
       "kernel's loop bounds, `kernels/tiles.py`). Per query head and row. Tiles (bq, bk, bc, "
-      "bq_bwd, bk_bwd, bc_bwd): the GPU / TPU defaults of `AttentionBlockSizes` and its "
-      "per-device table's H200 entry. "
+      "bq_bwd, bk_bwd, bc_bwd, forward tokens per program, Mosaic rows per program): the "
+      "GPU / TPU defaults of `AttentionBlockSizes` and its per-device table's H200 entry, the "
+      "latter also with the Mosaic GPU forward (`mgpu H200`, 64-row tiles). "
       f"**tiles x** = executed / needed tiles (goal <= {GOAL:.2f}); **pairs x** = pairs the "
       "executed tiles cover / visible pairs (the masked share inside them); **grid steps**: "
-      "inner steps the grid walks (TPU: a static worst case, skipped steps cost grid overhead); "
+      "inner steps the grid walks (TPU: a static worst case, skipped steps cost grid overhead; "
+      "Mosaic GPU: K/V blocks streamed, one per step for both 64-row tiles of a program); "
       "**masked**: executed tiles that build and apply a mask (the rest run unmasked).",
       "", "| T | layout | kernel | tile set | tiles | executed | needed | tiles x | pairs x | "
       "masked | grid steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]

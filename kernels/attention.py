@@ -61,7 +61,9 @@ def chunk_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_Bx
   implementation: "xla" (pure jnp, differentiable by jax), "pallas_gpu" (Triton) or
   "pallas_tpu" (Mosaic); the Pallas paths carry a custom VJP. ``interpret`` runs the Pallas
   code on CPU (True, or ``pltpu.InterpretParams(...)`` for "pallas_tpu"). ``block_sizes``
-  defaults to ``AttentionBlockSizes.gpu(device kind)`` (the per-device table) / ``.tpu()``.
+  defaults to ``AttentionBlockSizes.gpu(device kind)`` (the per-device table) / ``.tpu()``; for
+  "pallas_gpu" its ``forward="mosaic"`` runs the Mosaic GPU forward (``attention_mgpu``, bf16 /
+  f16; ``interpret`` True or ``InterpretGPUParams`` runs it in the Mosaic GPU interpreter).
   ``row_layout``: ``kernels.row_layout(segment_ids_BxT)`` when the caller has it already (a
   model computes it once per step for all its layers); else computed here.
   Returns o_BxTxHxD in q's dtype.

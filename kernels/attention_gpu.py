@@ -154,16 +154,23 @@ def _forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, eh
   return o, (jnp.swapaxes(lse, 1, 2) if gf > 1 else lse)
 
 
+def _any_forward(cfg: Cfg, *args):
+  """The Triton forward, or the Mosaic GPU one (same inputs, same (o, lse) contract)."""
+  if cfg.mosaic_fwd:
+    from kernels import attention_mgpu
+    return attention_mgpu.forward(cfg, *args)
+  return _forward(cfg, *args)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi, kqhi, eqlo,
                eqhi):
   del kqhi, eqlo, eqhi
-  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi)[0]
+  return _any_forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi)[0]
 
 
 def _attention_fwd(cfg, *args):
-  q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi = args[:12]
-  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi)
+  o, lse = _any_forward(cfg, *args[:12])
   return o, args + (o, lse)
 
 
@@ -187,7 +194,8 @@ def _config(block_sizes: AttentionBlockSizes, t: int, c: int, window: int, scale
              bc=gpu_tile(bs.block_c, c), bq_bwd=gpu_tile(bs.block_q_bwd, t),
              bk_bwd=gpu_tile(bs.block_k_bwd, t), bc_bwd=gpu_tile(bs.block_c_bwd, c),
              num_warps=bs.num_warps, num_stages=bs.num_stages, interpret=bool(interpret),
-             fused_bwd=bs.backward == "fused")
+             fused_bwd=bs.backward == "fused", mosaic_fwd=bs.forward == "mosaic",
+             mosaic_interpret=interpret if bs.forward == "mosaic" and interpret else None)
 
 
 def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_k_BxCxKxD,
@@ -205,6 +213,12 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   tp = round_up(t, max(cfg.bq, cfg.bk, cfg.bq_bwd, cfg.bk_bwd))
   cp = round_up(max(c, 1), max(cfg.bc, cfg.bc_bwd))  # C = 0: one block of padding entries
   dp = max(16, next_power_of_2(d))
+  if cfg.mosaic_fwd:  # its tiles: whole 64-row warpgroups, 64-aligned head dims (swizzle)
+    from kernels import attention_mgpu
+    attention_mgpu.check_inputs(q_BxTxHxD.dtype, d)
+    tp = round_up(tp, max(attention_mgpu.program_rows(cfg), attention_mgpu.key_block(cfg)))
+    cp = round_up(cp, attention_mgpu.key_block(cfg))
+    dp = attention_mgpu.padded_head_dim(dp)
   pad_td = lambda x: pad_to(pad_to(x, 1, tp), 3, dp)
   pad_cd = lambda x: pad_to(pad_to(x, 1, cp), 3, dp)
   seg = pad_to(segment_ids_BxT.astype(jnp.int32), 1, tp, mode="edge")

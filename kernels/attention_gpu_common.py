@@ -32,6 +32,8 @@ class Cfg:
   num_stages: int
   interpret: bool
   fused_bwd: bool = False  # dk/dv kernels add dq by atomics (no dq kernel)
+  mosaic_fwd: bool = False  # the forward is attention_mgpu's (Mosaic GPU), not Triton's
+  mosaic_interpret: object = None  # its interpreter: True or InterpretGPUParams (None: compile)
 
   @property
   def params(self):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 BACKWARDS = ("split", "fused")
+FORWARDS = ("triton", "mosaic")
 
 
 def _check_positive(obj) -> None:
@@ -35,12 +36,28 @@ class AttentionBlockSizes:
   # Triton backward: "split" = a dq kernel beside the dk/dv kernels (7 score-sized matmuls per
   # tile pair); "fused" = the dk/dv kernels also add dq with atomics (FlashAttention-2's 5).
   backward: str = "split"
+  # GPU forward: "triton", or "mosaic" (``attention_mgpu``: TMA, warpgroup MMA, Hopper and
+  # later; bfloat16/float16). Mosaic runs block_q / 64 warpgroups of 64 rows, one ring of
+  # num_stages K/V slots of block_k rows for window and entry blocks alike (so block_c must
+  # equal block_k); num_warps does not apply.
+  forward: str = "triton"
 
   def __post_init__(self):
     _check_positive(self)
     if self.backward not in BACKWARDS:
       raise ValueError(f"AttentionBlockSizes.backward must be one of {BACKWARDS}, "
                        f"got {self.backward!r}")
+    if self.forward not in FORWARDS:
+      raise ValueError(f"AttentionBlockSizes.forward must be one of {FORWARDS}, "
+                       f"got {self.forward!r}")
+    if self.forward == "mosaic":
+      if self.block_q not in (64, 128) or self.block_k not in (64, 128):
+        raise ValueError(f"AttentionBlockSizes(forward='mosaic') needs block_q and block_k in "
+                         f"(64, 128), got block_q={self.block_q}, block_k={self.block_k}")
+      if self.block_c != self.block_k:
+        raise ValueError(f"AttentionBlockSizes(forward='mosaic') streams window and entry "
+                         f"blocks through one ring: block_c must equal block_k "
+                         f"({self.block_k}), got {self.block_c}")
 
   @classmethod
   def gpu(cls, device_kind: str | None = None) -> AttentionBlockSizes:

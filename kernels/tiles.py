@@ -9,9 +9,10 @@ apply a mask (``masked``: the GPU kernels run interior tiles unmasked). Counts a
 query head (the dk/dv kernels
 loop over a kv head's G query heads, G tiles per kv-head program: the same per query head).
 
-The bounds mirror ``attention_gpu`` (and ``attention_tpu``, whose grid also walks a static
-worst-case step count: ``grid_steps``) exactly: padding of T, C and the edge-padded segment ids
-included. ``missed`` counts needed tiles outside the loops (a kernel with ``missed > 0`` would
+The bounds mirror ``attention_gpu``, ``attention_mgpu`` (64-row tiles; ``grid_steps``: the steps its
+programs walk, the union of their tiles' ranges) and ``attention_tpu`` (whose grid also walks a
+static worst-case step count: ``grid_steps``) exactly: padding of T, C and the edge-padded segment
+ids included. ``missed`` counts needed tiles outside the loops (a kernel with ``missed > 0`` would
 drop visible scores; tests/test_kernel_tiles.py checks it is zero).
 """
 
@@ -24,8 +25,8 @@ import numpy as np
 from kernels.block_sizes import AttentionBlockSizes
 from kernels.layout import PAD_END
 
-KERNELS = ("gpu_fwd", "gpu_dq", "gpu_dkv_raw", "gpu_dkv_entries", "tpu_fwd", "tpu_dq",
-           "tpu_dkv_raw", "tpu_dkv_entries")
+KERNELS = ("gpu_fwd", "gpu_dq", "gpu_dkv_raw", "gpu_dkv_entries", "mgpu_fwd", "tpu_fwd",
+           "tpu_dq", "tpu_dkv_raw", "tpu_dkv_entries")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Tiles:
   bk_bwd: int
   bc_bwd: int
   bq_fwd: int = 0  # tokens per GPU forward program (0: bq; bq / G with one program per kv head)
+  program_rows: int = 0  # Mosaic GPU forward: rows per program (its 64-row warpgroups' union)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,20 @@ def gpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) 
 
   cfg = attention_gpu._config(block_sizes, t, c, 0, 1.0, group, True)
   return Tiles(cfg.bq, cfg.bk, cfg.bc, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd, cfg.bq_fwd)
+
+
+def mgpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) -> Tiles:
+  """The tiles ``attention_mgpu`` runs with (64-row tiles, one key block size for raw keys and
+  entries, ``program_rows`` per program), beside the Triton backward's."""
+  import dataclasses as dc
+
+  from kernels import attention_gpu, attention_mgpu
+
+  cfg = attention_gpu._config(dc.replace(block_sizes, forward="mosaic"), t, c, 0, 1.0, group,
+                              True)
+  bk = attention_mgpu.key_block(cfg)
+  return Tiles(attention_mgpu.ROWS, bk, bk, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd,
+               attention_mgpu.ROWS, attention_mgpu.program_rows(cfg))
 
 
 def tpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int) -> Tiles:
@@ -158,8 +174,8 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
     tp = _round_up(t, np.lcm(x.bq, x.bk))
     cp = _round_up(c, x.bc)
     x = dataclasses.replace(x, bq_bwd=x.bq, bk_bwd=x.bk, bc_bwd=x.bc)  # one tile set on TPU
-  else:
-    tp = _round_up(t, max(x.bq, x.bk, x.bq_bwd, x.bk_bwd))
+  else:  # GPU: powers of two, so the largest tile is a multiple of the others
+    tp = _round_up(t, max(x.bq, x.bk, x.bq_bwd, x.bk_bwd, x.program_rows))
     cp = _round_up(c, max(x.bc, x.bc_bwd))
   seg_p = np.concatenate([seg, np.full(tp - t, seg[-1])])  # edge padding, as the kernels
   ends_p = np.concatenate([ends, np.full(cp - ends.shape[0], PAD_END)])
@@ -191,6 +207,11 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
                     cp // x.bc)
     masked = int((raw & ~raw_full).sum() + (ent & ~ent_full).sum()) if not tpu else -1
     steps = nq * (raw_steps + ent_steps) if tpu else int(raw.sum() + ent.sum())
+    if kernel == "mgpu_fwd":  # one loop per program over the union of its tiles' ranges
+      per_program = lambda lo, hi: np.maximum(
+          per(hi, x.program_rows // x.bq)[:, -1] - per(lo, x.program_rows // x.bq)[:, 0], 0)
+      steps = int((per_program(raw_lo, raw_hi).sum() if window > 0 else 0)
+                  + per_program(ent_lo, ent_hi).sum())
     r = _count(raw, raw_need, x.bq * x.bk, raw_useful, 0)
     e = _count(ent, ent_need, x.bq * x.bc, entry_useful, 0)
     return Count(r.executed + e.executed, r.needed + e.needed, r.missed + e.missed,

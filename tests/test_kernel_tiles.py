@@ -55,7 +55,8 @@ def _brute(kernel, seg, ends, window, x):
   """(executed tiles, needed tiles, missed, useful pairs, masked) replaying the GPU kernels'
   loops; masked: executed tiles some query of which does not see some key of the tile."""
   t = seg.shape[0]
-  tp = -(-t // max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)) * max(x.bq, x.bk, x.bq_bwd, x.bk_bwd)
+  tile = max(x.bq, x.bk, x.bq_bwd, x.bk_bwd, x.program_rows)
+  tp = -(-t // tile) * tile
   cmax = max(x.bc, x.bc_bwd)
   cp = -(-len(ends) // cmax) * cmax
   segp = list(seg) + [seg[-1]] * (tp - t)
@@ -123,6 +124,37 @@ def test_counts_equal_a_brute_force_replay(kernel, t, seed, docs, chunk, window)
   assert got.missed == 0  # no kernel skips a tile that holds a visible score
   if kernel == "gpu_dkv_raw" and window == 0:
     assert got.executed == 0
+
+
+@pytest.mark.parametrize("t,seed,docs,chunk,window", CASES)
+def test_mosaic_forward_counts_its_64_row_tiles_and_walks_each_programs_union(
+    t, seed, docs, chunk, window):
+  # Its tiles are the Triton forward's at 64 x bk (one key block size for both sources); a
+  # program of two warpgroups walks the union of its two tiles' block ranges.
+  seg, ends = _layout(t, seed, docs, chunk)
+  x = tiles_lib.Tiles(bq=64, bk=64, bc=64, bq_bwd=16, bk_bwd=16, bc_bwd=16, bq_fwd=64,
+                      program_rows=128)
+  got = tiles_lib.count("mgpu_fwd", seg, ends, window, x)
+  triton = tiles_lib.count("gpu_fwd", seg, ends, window, x)
+  assert (got.executed, got.needed, got.missed, got.masked) == (
+      triton.executed, triton.needed, 0, triton.masked)
+  executed, needed, missed, _, masked = _brute("gpu_fwd", seg, ends, window, x)
+  assert (got.executed, got.needed, got.masked) == (executed, needed, masked)
+  # Brute-force union: steps of program p = blocks from its first tile's lo to its last's hi.
+  tp, cp = 128 * -(-t // 128), 64 * -(-len(ends) // 64)
+  segp = np.r_[seg, np.full(tp - t, seg[-1])]
+  endsp = np.r_[ends, np.full(cp - len(ends), PAD_END)]
+  starts = [max(u for u in range(q + 1) if u == 0 or segp[u] != segp[u - 1]) for q in range(tp)]
+  elo = lambda q: int(np.sum(endsp < starts[q]))
+  ehi = lambda q: max(int(np.sum(endsp <= q)), elo(q))
+  steps = 0
+  for p in range(tp // 128):
+    first, last = range(p * 128, p * 128 + 64), range(p * 128 + 64, p * 128 + 128)
+    if window:
+      steps += max(-(-(p * 128 + 128) // 64) - min(max(q - window + 1, starts[q])
+                                                    for q in first) // 64, 0)
+    steps += max(-(-max(ehi(q) for q in last) // 64) - min(elo(q) for q in first) // 64, 0)
+  assert got.grid_steps == steps
 
 
 def test_a_hand_counted_window():

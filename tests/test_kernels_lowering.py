@@ -1,4 +1,5 @@
-"""Every Pallas kernel lowers for CUDA (Triton) and TPU (Mosaic) at the benchmark's tile sizes.
+"""Every Pallas kernel lowers for CUDA (Triton, and the Mosaic GPU forward) and TPU (Mosaic) at
+the benchmark's tile sizes.
 
 Lowering runs on CPU and catches block-shape, layout and unsupported-op errors long before a
 GPU or TPU is at hand (it does not run the backend compilers: Triton's and Mosaic's own
@@ -7,6 +8,7 @@ passes happen on the device machine).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -25,12 +27,15 @@ def _kernel_names(fn, *args, implementation):
   text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
   assert target in text
   names = re.findall(r'(?:kernel_)?name = "([\w.]+)"', text)
-  return {n for n in names if n.startswith(("chunk_attention", "segment_pool", "decode"))}
+  names = {n for n in names if n.startswith(("chunk_attention", "segment_pool", "decode"))}
+  if "@mosaic_gpu_v2" in text:  # a Mosaic GPU kernel: its name is inside the serialized module
+    names |= {n for n in ("chunk_attention_fwd_mosaic",) if n in text}
+  return names
 
 
 @pytest.mark.parametrize("implementation,device_kind", [
     ("pallas_gpu", None), ("pallas_gpu", "NVIDIA H200"), ("pallas_gpu", "fused"),
-    ("pallas_tpu", None)])
+    ("pallas_gpu", "mosaic"), ("pallas_tpu", None)])
 def test_chunk_attention_lowers_forward_and_backward(implementation, device_kind):
   # Benchmark shapes in miniature: bf16, MQA, head dim 128, window 128, M = 4, default tiles
   # (and the per-device table's Hopper tiles).
@@ -38,6 +43,9 @@ def test_chunk_attention_lowers_forward_and_backward(implementation, device_kind
                                sink=True, dtype=jnp.bfloat16)
   if device_kind == "fused":  # the FlashAttention-2 backward: atomics, no dq kernel
     kw = dict(kw, block_sizes=kernels.AttentionBlockSizes(backward="fused"))
+  elif device_kind == "mosaic":  # the Mosaic GPU forward (Hopper tiles), the Triton backward
+    kw = dict(kw, block_sizes=dataclasses.replace(
+        kernels.AttentionBlockSizes.gpu("NVIDIA H200"), forward="mosaic"))
   elif device_kind:
     kw = dict(kw, block_sizes=kernels.AttentionBlockSizes.gpu(device_kind))
   fwd = lambda *a: kernels.chunk_attention(*a, **kw, implementation=implementation)
@@ -48,7 +56,8 @@ def test_chunk_attention_lowers_forward_and_backward(implementation, device_kind
       q, k, v, ek, ev)
   names = _kernel_names(both, *args[:3], *args[4:6], implementation=implementation)
   if implementation == "pallas_gpu":
-    assert names == {"chunk_attention_fwd", "chunk_attention_dkv_raw",
+    forward = "chunk_attention_fwd_mosaic" if device_kind == "mosaic" else "chunk_attention_fwd"
+    assert names == {forward, "chunk_attention_dkv_raw",
                      "chunk_attention_dkv_entries"} | ({"chunk_attention_dq"} if device_kind != (
                          "fused") else set())
   else:

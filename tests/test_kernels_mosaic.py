@@ -1,0 +1,159 @@
+"""The Mosaic GPU forward of chunk_attention (``AttentionBlockSizes(forward="mosaic")``) against
+the dense reference, in the Mosaic GPU interpreter (TMA, barriers, warpgroup MMA on CPU), with
+the Triton backward reading its lse; and its refusals."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernels
+from kernels import attention_mgpu, layout
+from tests import kernel_cases as kc
+
+TOL = dict(atol=2e-2, rtol=2e-2)
+MOSAIC = kernels.AttentionBlockSizes(forward="mosaic")
+
+
+@functools.cache
+def _attention_with_grads(implementation, window, block_sizes, interpret=True):
+  """jit(q, k, v, seg, ek, ev, ends, eseg, sink, cotangent) -> (o, grads of <o, cotangent>)."""
+
+  def run(q, k, v, seg, ek, ev, ends, eseg, sink, ct):
+    def loss(q, k, v, ek, ev, sink):
+      o = kernels.chunk_attention(q, k, v, seg, ek, ev, ends, eseg, window=window, sink_H=sink,
+                                  implementation=implementation, interpret=interpret,
+                                  block_sizes=block_sizes)
+      return jnp.sum(o.astype(jnp.float32) * ct), o
+
+    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True)(
+        q, k, v, ek, ev, sink)
+    return o, grads
+
+  return jax.jit(run)
+
+
+# bf16 and f16; MQA, GQA and one head per kv head; padded T, C and head dims (40 -> 64); entries
+# only (window 0: early queries see nothing) and a window longer than the row; fixed and
+# dynamic ends over several documents; one and two consumer warpgroups, 64- and 128-key blocks,
+# rings of two and three slots, fewer entries than a block (capacity 9).
+CASES = [
+    dict(t=200, h=2, kh=1, d=64, window=32, m=4, docs=2, sink=True, dtype=jnp.bfloat16,
+         tiles=MOSAIC),
+    dict(t=130, h=4, kh=2, d=40, window=0, m="dynamic", docs=3, sink=False, dtype=jnp.float16,
+         tiles=MOSAIC),
+    dict(t=160, h=2, kh=2, d=64, window=300, m=8, docs=1, sink=True, dtype=jnp.bfloat16,
+         tiles=kernels.AttentionBlockSizes(block_q=64, block_k=128, block_c=128, num_stages=3,
+                                           forward="mosaic")),
+    dict(t=96, h=2, kh=1, d=64, window=7, m="dynamic", docs=2, sink=True, dtype=jnp.bfloat16,
+         tiles=MOSAIC, capacity=9),
+]
+
+
+def _case_id(c):
+  return f"T{c['t']}H{c['h']}K{c['kh']}D{c['d']}W{c['window']}M{c['m']}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_mosaic_forward_matches_reference_with_gradients(case):
+  case = dict(case)
+  tiles, window = case.pop("tiles"), case["window"]
+  args, kw = kc.attention_case(0, b=2, **case)
+  ct = jnp.asarray(np.random.default_rng(1).standard_normal(args[0].shape), jnp.float32)
+  got_o, got_g = _attention_with_grads("pallas_gpu", window, tiles)(*args, kw["sink_H"], ct)
+  want_o, want_g = _attention_with_grads("xla", window, None)(*args, kw["sink_H"], ct)
+  assert got_o.dtype == case["dtype"]
+  np.testing.assert_allclose(np.asarray(got_o, np.float32), np.asarray(want_o, np.float32),
+                             **TOL, err_msg="output")
+  for name, a, b in zip(("dq", "dk", "dv", "d_entry_k", "d_entry_v", "d_sink"), got_g, want_g,
+                        strict=True):
+    if b is not None:
+      np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), **TOL,
+                                 err_msg=name)
+
+
+def test_mosaic_forward_lse_is_the_triton_forwards():
+  # The backward reads the forward's lse: the Mosaic one must hand it over in the Triton
+  # forward's units (natural log) and layout (B x H x Tp), rows that see nothing at 0.
+  from kernels import attention_gpu
+
+  args, kw = kc.attention_case(3, b=1, t=128, h=2, kh=1, d=64, m=4, docs=2, window=0,
+                               sink=False, dtype=jnp.bfloat16)
+  captured = {}
+  forward = attention_gpu._any_forward
+
+  def spy(cfg, *a):
+    captured[cfg.mosaic_fwd] = forward(cfg, *a)[1]
+    return forward(cfg, *a)
+
+  for tiles in (MOSAIC, kernels.AttentionBlockSizes()):
+    attention_gpu._any_forward, saved = spy, attention_gpu._any_forward
+    try:
+      kernels.chunk_attention(*args, **kw, implementation="pallas_gpu", interpret=True,
+                              block_sizes=tiles)
+    finally:
+      attention_gpu._any_forward = saved
+  assert captured[True].shape == captured[False].shape == (1, 2, 128)
+  np.testing.assert_allclose(np.asarray(captured[True]), np.asarray(captured[False]),
+                             atol=2e-2)
+  assert float(jnp.abs(captured[True][0, :, 0]).max()) == 0.0  # query 0 sees no entry
+
+
+def test_mosaic_forward_has_no_races():
+  from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+  args, kw = kc.attention_case(2, b=1, t=256, h=1, kh=1, d=64, m=4, docs=2, window=40,
+                               sink=True, dtype=jnp.bfloat16)
+  o = kernels.chunk_attention(*args, **kw, implementation="pallas_gpu",
+                              interpret=InterpretGPUParams(detect_races=True),
+                              block_sizes=MOSAIC)
+  np.testing.assert_allclose(np.asarray(o, np.float32),
+                             np.asarray(kernels.chunk_attention(*args, **kw), np.float32), **TOL)
+  assert not interpret_pallas_call.get_races().races_found
+
+
+def test_tile_bounds_cover_exactly_the_visible_blocks():
+  # Per 64-row tile: the blocks [lo, hi) are those holding a visible key of some row, and the
+  # interior [a, z) those every row sees in full, for a window and for the entry ranges.
+  rng = np.random.default_rng(0)
+  seg = jnp.asarray(kc.segment_ids(rng, 1, 256, 3))
+  ends = jnp.asarray(kc.end_flags(rng, np.asarray(seg), "dynamic"))
+  cs = layout.chunk_structure(ends, seg, 256)
+  kvlo = layout.raw_key_start(seg, 40)
+  elo, ehi = layout.visible_entry_range(cs.entry_ends_BxC, cs.entry_segment_ids_BxC, seg)
+  bounds = np.asarray(attention_mgpu.tile_bounds(kvlo, elo, ehi, 40, 64))[0]
+  kvlo, elo, ehi = (np.asarray(x)[0] for x in (kvlo, elo, ehi))
+  for tile in range(4):
+    rows = np.arange(tile * 64, tile * 64 + 64)
+    raw = [(kvlo[t] <= np.arange(256)) & (np.arange(256) <= t) for t in rows]
+    ent = [(elo[t] <= np.arange(256)) & (np.arange(256) < ehi[t]) for t in rows]
+    for vis, lo, hi, a, z in ((raw, *bounds[tile, :4]), (ent, *bounds[tile, 4:])):
+      blocks = np.stack(vis).reshape(64, 4, 64)
+      needed = np.flatnonzero(blocks.any(axis=(0, 2)))
+      full = np.flatnonzero(blocks.all(axis=(0, 2)))
+      if needed.size:  # the range starts and ends at a needed block
+        assert (lo, hi) == (needed[0], needed[-1] + 1), (tile, lo, hi, needed)
+      else:
+        assert lo == hi, (tile, lo, hi)
+      assert set(range(a, z)) <= set(full), (tile, a, z, full)
+  # No window: no raw-key step in any tile (a program walks the union of its tiles' ranges).
+  assert not np.asarray(attention_mgpu.tile_bounds(*(jnp.asarray(x)[None] for x in (
+      kvlo, elo, ehi)), 0, 64))[0, :, :4].any()
+
+
+def test_mosaic_forward_refuses_what_it_cannot_run():
+  args, kw = kc.attention_case(0, b=1, t=64, h=2, kh=1, d=64, dtype=jnp.float32)
+  with pytest.raises(ValueError, match="bfloat16 or float16.*got float32"):
+    kernels.chunk_attention(*args, **kw, implementation="pallas_gpu", interpret=True,
+                            block_sizes=MOSAIC)
+  with pytest.raises(ValueError, match="block_c must equal block_k"):
+    kernels.AttentionBlockSizes(block_c=32, forward="mosaic")
+  with pytest.raises(ValueError, match=r"block_q and block_k in \(64, 128\)"):
+    kernels.AttentionBlockSizes(block_q=32, forward="mosaic")
+  with pytest.raises(ValueError, match="forward must be one of"):
+    kernels.AttentionBlockSizes(forward="cutlass")
