@@ -40,7 +40,7 @@ def _attention_with_grads(implementation, window, block_sizes, interpret=True):
 # bf16 and f16; MQA, GQA and one head per kv head; padded T, C and head dims (40 -> 64); entries
 # only (window 0: early queries see nothing) and a window longer than the row; fixed and
 # dynamic ends over several documents; one and two consumer warpgroups, 64- and 128-key blocks,
-# rings of two and three slots, fewer entries than a block (capacity 9).
+# rings of two and three slots, fewer entries than a block (capacity 9), a row of 30 tokens.
 CASES = [
     dict(t=200, h=2, kh=1, d=64, window=32, m=4, docs=2, sink=True, dtype=jnp.bfloat16,
          tiles=MOSAIC),
@@ -49,8 +49,8 @@ CASES = [
     dict(t=160, h=2, kh=2, d=64, window=300, m=8, docs=1, sink=True, dtype=jnp.bfloat16,
          tiles=kernels.AttentionBlockSizes(block_q=64, block_k=128, block_c=128, num_stages=3,
                                            forward="mosaic")),
-    dict(t=96, h=2, kh=1, d=64, window=7, m="dynamic", docs=2, sink=True, dtype=jnp.bfloat16,
-         tiles=MOSAIC, capacity=9),
+    dict(t=30, h=2, kh=1, d=64, window=7, m="dynamic", docs=2, sink=True, dtype=jnp.bfloat16,
+         tiles=MOSAIC, capacity=9),  # a row shorter than the tiles: clamped to 64 x 64
 ]
 
 
