@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import kernels as kernels_lib
 from kernels import layout
 
 _structure = jax.jit(layout.chunk_structure, static_argnums=2)
@@ -132,3 +135,20 @@ def decode_oracle(q, wk, wv, wvalid, ek, ev, num_entries, sink_H=None, entry_vis
         w = np.exp(np.asarray(logits) - max(logits))
         out[i, hh] = (w / w.sum()) @ np.asarray(vals)
   return out
+
+
+@functools.cache
+def attention_with_grads(implementation, window, block_sizes, interpret=True):
+  """jit(q, k, v, seg, ek, ev, ends, eseg, sink, cotangent) -> (o, grads of <o, cotangent>)."""
+
+  def run(q, k, v, seg, ek, ev, ends, eseg, sink, ct):
+    def loss(q, k, v, ek, ev, sink):
+      o = kernels_lib.chunk_attention(q, k, v, seg, ek, ev, ends, eseg, window=window,
+                                      sink_H=sink, implementation=implementation,
+                                      interpret=interpret, block_sizes=block_sizes)
+      return jnp.sum(o.astype(jnp.float32) * ct), o
+    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True)(
+        q, k, v, ek, ev, sink)
+    return o, grads
+
+  return jax.jit(run)

@@ -4,9 +4,6 @@ the Triton backward reading its lse; and its refusals."""
 
 from __future__ import annotations
 
-import functools
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,24 +14,6 @@ from tests import kernel_cases as kc
 
 TOL = dict(atol=2e-2, rtol=2e-2)
 MOSAIC = kernels.AttentionBlockSizes(forward="mosaic")
-
-
-@functools.cache
-def _attention_with_grads(implementation, window, block_sizes, interpret=True):
-  """jit(q, k, v, seg, ek, ev, ends, eseg, sink, cotangent) -> (o, grads of <o, cotangent>)."""
-
-  def run(q, k, v, seg, ek, ev, ends, eseg, sink, ct):
-    def loss(q, k, v, ek, ev, sink):
-      o = kernels.chunk_attention(q, k, v, seg, ek, ev, ends, eseg, window=window, sink_H=sink,
-                                  implementation=implementation, interpret=interpret,
-                                  block_sizes=block_sizes)
-      return jnp.sum(o.astype(jnp.float32) * ct), o
-
-    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True)(
-        q, k, v, ek, ev, sink)
-    return o, grads
-
-  return jax.jit(run)
 
 
 # bf16 and f16; MQA, GQA and one head per kv head; padded T, C and head dims (40 -> 64); entries
@@ -64,8 +43,8 @@ def test_mosaic_forward_matches_reference_with_gradients(case):
   tiles, window = case.pop("tiles"), case["window"]
   args, kw = kc.attention_case(0, b=2, **case)
   ct = jnp.asarray(np.random.default_rng(1).standard_normal(args[0].shape), jnp.float32)
-  got_o, got_g = _attention_with_grads("pallas_gpu", window, tiles)(*args, kw["sink_H"], ct)
-  want_o, want_g = _attention_with_grads("xla", window, None)(*args, kw["sink_H"], ct)
+  got_o, got_g = kc.attention_with_grads("pallas_gpu", window, tiles)(*args, kw["sink_H"], ct)
+  want_o, want_g = kc.attention_with_grads("xla", window, None)(*args, kw["sink_H"], ct)
   assert got_o.dtype == case["dtype"]
   np.testing.assert_allclose(np.asarray(got_o, np.float32), np.asarray(want_o, np.float32),
                              **TOL, err_msg="output")

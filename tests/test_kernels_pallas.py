@@ -26,27 +26,10 @@ SMALL_TPU = kernels.AttentionBlockSizes(block_q=8, block_k=16, block_c=8)
 
 
 
-@functools.cache
-def _attention_with_grads(implementation, window, block_sizes, interpret=True):
-  """jit(q, k, v, seg, ek, ev, ends, eseg, sink, cotangent) -> (o, grads of <o, cotangent>)."""
-
-  def run(q, k, v, seg, ek, ev, ends, eseg, sink, ct):
-    def loss(q, k, v, ek, ev, sink):
-      o = kernels.chunk_attention(q, k, v, seg, ek, ev, ends, eseg, window=window, sink_H=sink,
-                                  implementation=implementation, interpret=interpret,
-                                  block_sizes=block_sizes)
-      return jnp.sum(o.astype(jnp.float32) * ct), o
-    (_, o), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True)(
-        q, k, v, ek, ev, sink)
-    return o, grads
-
-  return jax.jit(run)
-
-
 def _check_attention(implementation, block_sizes, *, t, h, kh, d, window, sink, dtype,
                      capacity=None):
-  kernel = _attention_with_grads(implementation, window, block_sizes)
-  reference = _attention_with_grads("xla", window, None)
+  kernel = kc.attention_with_grads(implementation, window, block_sizes)
+  reference = kc.attention_with_grads("xla", window, None)
   for seed, (m, docs) in enumerate(LAYOUTS):
     args, kw = kc.attention_case(seed, b=2, t=t, h=h, kh=kh, d=d, m=m, docs=docs, window=window,
                                  capacity=capacity, dtype=dtype, sink=sink)
