@@ -22,17 +22,15 @@ A model with other than full-attention layers is refused (ConfigError from the p
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from chunkformer import decode, sparse_prefill
+from chunkformer import sparse_prefill
 from chunkformer.config_sections.errors import ConfigError, one_of, require
-from chunkformer.evaluation.probes import needle_sweep
+from chunkformer.evaluation.probes import decoding, needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
 from chunkformer.evaluation.records import correctness
@@ -82,51 +80,15 @@ def check_options(patterns: Sequence[Mapping[str, Any]] = (), prompt_end: str = 
   one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
 
 
-@functools.partial(jax.jit, static_argnames=("model", "prompt_len", "plan"))
-def _predict(model, params, inputs_BxT, prompt_len: int, plan):
-  logits, cache = decode.prefill(model, params, inputs_BxT[:, :prompt_len], inputs_BxT.shape[1],
-                                 sparse=plan)
-
-  def feed(cache, token_B):
-    step_logits, cache = decode.step(model, params, cache, token_B[:, None])
-    return cache, jnp.argmax(step_logits, axis=-1)
-
-  _, later_NxB = jax.lax.scan(feed, cache, inputs_BxT[:, prompt_len:].T)
-  return jnp.concatenate([jnp.argmax(logits, axis=-1), later_NxB.T], axis=1).astype(jnp.int32)
-
-
-class SparsePrefillPredictor:
+class SparsePrefillPredictor(decoding.DecodingPredictor):
   """``trained.Predictor``: the first ``prompt_len`` tokens of each row prefilled sparsely by
   ``plan``, the rest fed one by one (teacher forcing) through ``decode.step``."""
 
   def __init__(self, trained: trained_lib.TrainedModel, batch_size: int,
                plan: sparse_prefill.Plan, prompt_len: int):
-    seq_len = trained.config.data.seq_len
-    if not 1 <= prompt_len < seq_len:
-      raise ValueError(f"prompt_len {prompt_len} must lie in [1, {seq_len}) (data.seq_len)")
+    super().__init__(trained, batch_size, prompt_len, sparse=plan)
     plan.check(trained.config.model)
-    self.trained, self.batch_size, self.plan, self.prompt_len = (
-        trained, batch_size, plan, prompt_len)
-
-  def __call__(self, rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    inputs = np.asarray(rows["inputs"], np.int32)
-    n, t = inputs.shape
-    if n == 0:
-      raise ValueError("no rows to predict")
-    if t != self.trained.config.data.seq_len:
-      raise ValueError(f"rows have {t} tokens; the model was trained on data.seq_len = "
-                       f"{self.trained.config.data.seq_len}")
-    if not (np.asarray(rows["positions"]) == np.arange(t)).all() or np.asarray(
-        rows["segment_ids"]).any():
-      raise ValueError("a sparse prefill decodes one document per row at positions 0..T-1")
-    pieces = []
-    with self.trained.runtime.context():
-      for start in range(0, n, self.batch_size):
-        index = np.minimum(np.arange(start, start + self.batch_size), n - 1)
-        out = _predict(self.trained.runtime.model, self.trained.params,
-                       jnp.asarray(inputs[index]), self.prompt_len, self.plan)
-        pieces.append(np.asarray(out)[:min(self.batch_size, n - start)])
-    return {"predictions": np.concatenate(pieces)}
+    self.plan = plan
 
   def kept_fraction(self, inputs_BxT: np.ndarray) -> float:
     """The mean fraction of causal pairs the plan's index sets keep on these prompts."""
