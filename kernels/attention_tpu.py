@@ -32,12 +32,7 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels import layout
 from kernels.block_sizes import AttentionBlockSizes
 from kernels.padding import pad_to, round_up
-
-_F32 = jnp.float32
-_LANES = 128
-_SUBLANES = 8
-_NT = (((1,), (1,)), ((), ()))
-_NN = (((1,), (0,)), ((), ()))
+from kernels.tpu_common import F32, LANES, NN, NT, SUBLANES, dot, init_softmax, online_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,20 +53,16 @@ class _Cfg:
 def tpu_tile(requested: int, length: int) -> int:
   """The whole (8-aligned) length if it fits in one tile, else the requested tile."""
   if length <= requested:
-    return round_up(length, _SUBLANES)
+    return round_up(length, SUBLANES)
   return requested
 
 
 def _columns(x_BxL):
-  return jnp.broadcast_to(x_BxL[:, :, None], x_BxL.shape + (_LANES,))
+  return jnp.broadcast_to(x_BxL[:, :, None], x_BxL.shape + (LANES,))
 
 
 def _rows(x_BxL):
-  return jnp.broadcast_to(x_BxL[:, None, :], (x_BxL.shape[0], _SUBLANES, x_BxL.shape[1]))
-
-
-def _dot(a, b, dims):
-  return jax.lax.dot_general(a, b, dims, preferred_element_type=_F32)
+  return jnp.broadcast_to(x_BxL[:, None, :], (x_BxL.shape[0], SUBLANES, x_BxL.shape[1]))
 
 
 def _clamp_step(step, n):
@@ -96,17 +87,17 @@ def _q_major_specs(cfg: _Cfg, h: int, d: int):
   kv_head = lambda h: jax.lax.div(h, g)
   return dict(
       q=pl.BlockSpec((None, None, cfg.bq, d), lambda b, h, i, j, *_: (b, h, i, 0)),
-      col=pl.BlockSpec((None, None, cfg.bq, _LANES), lambda b, h, i, j, *_: (b, h, i, 0)),
-      qseg=pl.BlockSpec((None, cfg.bq, _LANES), lambda b, h, i, j, *_: (b, i, 0)),
+      col=pl.BlockSpec((None, None, cfg.bq, LANES), lambda b, h, i, j, *_: (b, h, i, 0)),
+      qseg=pl.BlockSpec((None, cfg.bq, LANES), lambda b, h, i, j, *_: (b, i, 0)),
       k=pl.BlockSpec((None, None, cfg.bk, d),
                      lambda b, h, i, j, *p: (b, kv_head(h), raw_block(b, i, j, *p), 0)),
-      kseg=pl.BlockSpec((None, _SUBLANES, cfg.bk),
+      kseg=pl.BlockSpec((None, SUBLANES, cfg.bk),
                         lambda b, h, i, j, *p: (b, 0, raw_block(b, i, j, *p))),
       e=pl.BlockSpec((None, None, cfg.bc, d),
                      lambda b, h, i, j, *p: (b, kv_head(h), entry_block(b, i, j, *p), 0)),
-      erow=pl.BlockSpec((None, _SUBLANES, cfg.bc),
+      erow=pl.BlockSpec((None, SUBLANES, cfg.bc),
                         lambda b, h, i, j, *p: (b, 0, entry_block(b, i, j, *p))),
-      sink=pl.BlockSpec((_SUBLANES, h), lambda *_: (0, 0), memory_space=pltpu.SMEM),
+      sink=pl.BlockSpec((SUBLANES, h), lambda *_: (0, 0), memory_space=pltpu.SMEM),
   )
 
 
@@ -147,31 +138,20 @@ def _fwd_kernel(*refs, cfg: _Cfg):
 
   @pl.when(j == 0)
   def _init():
-    sink = sink_ref[0, h]
-    m_sc[...] = jnp.full(m_sc.shape, sink, _F32)
-    l_sc[...] = jnp.full(l_sc.shape, jnp.where(sink == -jnp.inf, 0.0, 1.0), _F32)
-    acc_sc[...] = jnp.zeros(acc_sc.shape, _F32)
+    init_softmax(m_sc, l_sc, acc_sc, sink_ref[0, h])
 
   def update(s, mask, v):
-    s = jnp.where(mask, s, -jnp.inf)
-    m_prev, l_prev = m_sc[...], l_sc[...]
-    m_new = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
-    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    alpha = jnp.exp(m_prev - m_safe)
-    p = jnp.exp(s - m_safe[:, :1])
-    l_sc[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
-    m_sc[...] = m_new
-    acc_sc[...] = alpha[:, :1] * acc_sc[...] + _dot(p.astype(v.dtype), v, _NN)
+    online_update(m_sc, l_sc, acc_sc, s, mask, v)
 
   q = q_ref[...]
   seg_q = qseg_ref[...][:, :1]  # bq x 1
 
   def raw_step(mask_fn):
-    s = _dot(q, k_ref[...], _NT) * cfg.scale
+    s = dot(q, k_ref[...], NT) * cfg.scale
     update(s, mask_fn(s, kseg_ref[...], seg_q), v_ref[...])
 
   def entry_step(mask_fn):
-    s = _dot(q, ek_ref[...], _NT) * cfg.scale
+    s = dot(q, ek_ref[...], NT) * cfg.scale
     update(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ev_ref[...])
 
   _q_major_steps(cfg, prefetch, raw_step, entry_step)
@@ -195,24 +175,24 @@ def _dq_kernel(*refs, cfg: _Cfg):
 
   @pl.when(j == 0)
   def _init():
-    acc_sc[...] = jnp.zeros(acc_sc.shape, _F32)
+    acc_sc[...] = jnp.zeros(acc_sc.shape, F32)
 
   q, do = q_ref[...], do_ref[...]
   seg_q = qseg_ref[...][:, :1]
 
   def grad_step(s, mask, k, v):
     p = jnp.where(mask, jnp.exp(s - lse_ref[...][:, :1]), 0.0)
-    ds = p * (_dot(do, v, _NT) - delta_ref[...][:, :1])
-    acc_sc[...] += _dot(ds.astype(k.dtype), k, _NN)
+    ds = p * (dot(do, v, NT) - delta_ref[...][:, :1])
+    acc_sc[...] += dot(ds.astype(k.dtype), k, NN)
 
   def raw_step(mask_fn):
     k = k_ref[...]
-    s = _dot(q, k, _NT) * cfg.scale
+    s = dot(q, k, NT) * cfg.scale
     grad_step(s, mask_fn(s, kseg_ref[...], seg_q), k, v_ref[...])
 
   def entry_step(mask_fn):
     ek = ek_ref[...]
-    s = _dot(q, ek, _NT) * cfg.scale
+    s = dot(q, ek, NT) * cfg.scale
     grad_step(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ek, ev_ref[...])
 
   _q_major_steps(cfg, prefetch, raw_step, entry_step)
@@ -260,13 +240,13 @@ def _dkv_kernel(qlo_ref, qn_ref, k_ref, v_ref, *refs, cfg: _Cfg, entries: bool, 
 
   @pl.when(s_idx == 0)
   def _init():
-    dk_sc[...] = jnp.zeros(dk_sc.shape, _F32)
-    dv_sc[...] = jnp.zeros(dv_sc.shape, _F32)
+    dk_sc[...] = jnp.zeros(dk_sc.shape, F32)
+    dv_sc[...] = jnp.zeros(dv_sc.shape, F32)
 
   @pl.when(qi < qn_ref[b, c])
   def _step():
     k, v, q, do = k_ref[...], v_ref[...], q_ref[...], do_ref[...]
-    st = _dot(k, q, _NT) * cfg.scale  # keys x queries
+    st = dot(k, q, NT) * cfg.scale  # keys x queries
     t_pos = (qlo_ref[b, c] + qi) * cfg.bq + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1)
     seg_q = qseg_ref[...][:1, :]
     if entries:
@@ -276,9 +256,9 @@ def _dkv_kernel(qlo_ref, qn_ref, k_ref, v_ref, *refs, cfg: _Cfg, entries: bool, 
       mask = ((s_pos <= t_pos) & (s_pos > t_pos - cfg.window)
               & (kseg_ref[...][:, :1] == seg_q))
     p = jnp.where(mask, jnp.exp(st - lse_ref[...][:1, :]), 0.0)
-    dv_sc[...] += _dot(p.astype(do.dtype), do, _NN)
-    ds = p * (_dot(v, do, _NT) - delta_ref[...][:1, :])
-    dk_sc[...] += _dot(ds.astype(q.dtype), q, _NN)
+    dv_sc[...] += dot(p.astype(do.dtype), do, NN)
+    ds = p * (dot(v, do, NT) - delta_ref[...][:1, :])
+    dk_sc[...] += dot(ds.astype(q.dtype), q, NN)
 
   @pl.when(s_idx == cfg.group * q_steps - 1)
   def _finish():
@@ -298,12 +278,12 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
 
   head = lambda kv, s: kv * g + jax.lax.div(s, q_steps)
   key_spec = pl.BlockSpec((None, None, bk, d), lambda b_, kv, c, s, *_: (b_, kv, c, 0))
-  col_spec = pl.BlockSpec((None, bk, _LANES), lambda b_, kv, c, s, *_: (b_, c, 0))
+  col_spec = pl.BlockSpec((None, bk, LANES), lambda b_, kv, c, s, *_: (b_, c, 0))
   q_spec = pl.BlockSpec((None, None, cfg.bq, d),
                         lambda b_, kv, c, s, *p: (b_, head(kv, s), q_block(b_, c, s, *p), 0))
-  qrow_spec = pl.BlockSpec((None, _SUBLANES, cfg.bq),
+  qrow_spec = pl.BlockSpec((None, SUBLANES, cfg.bq),
                            lambda b_, kv, c, s, *p: (b_, 0, q_block(b_, c, s, *p)))
-  hrow_spec = pl.BlockSpec((None, None, _SUBLANES, cfg.bq),
+  hrow_spec = pl.BlockSpec((None, None, SUBLANES, cfg.bq),
                            lambda b_, kv, c, s, *p: (b_, head(kv, s), 0, q_block(b_, c, s, *p)))
   return pl.pallas_call(
       functools.partial(_dkv_kernel, cfg=cfg, entries=entries, q_steps=q_steps),
@@ -313,7 +293,7 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
           in_specs=[key_spec, key_spec] + [col_spec] * len(key_cols)
           + [q_spec, q_spec, qrow_spec, hrow_spec, hrow_spec],
           out_specs=[key_spec, key_spec],
-          scratch_shapes=[pltpu.VMEM((bk, d), _F32), pltpu.VMEM((bk, d), _F32)]),
+          scratch_shapes=[pltpu.VMEM((bk, d), F32), pltpu.VMEM((bk, d), F32)]),
       out_shape=[jax.ShapeDtypeStruct(keys.shape, keys.dtype)] * 2,
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
@@ -355,14 +335,14 @@ def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
   """Heads-major padded inputs -> (o_BxHxTpxD, lse_BxHxTpx128)."""
   b, h, tp, d = q.shape
   fwd, _, _ = _ranges(cfg, seg, eends, eseg, *bounds)
-  sink8 = jnp.broadcast_to(sink[None, :], (_SUBLANES, h))
+  sink8 = jnp.broadcast_to(sink[None, :], (SUBLANES, h))
   return _q_major_call(
       _fwd_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
       _rows(eseg), [sink8], ["sink"],
-      [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, tp, _LANES), _F32)],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, tp, LANES), F32)],
       ["q", "col"],
-      [pltpu.VMEM((cfg.bq, _LANES), _F32), pltpu.VMEM((cfg.bq, _LANES), _F32),
-       pltpu.VMEM((cfg.bq, d), _F32)], "chunk_attention_fwd_tpu")
+      [pltpu.VMEM((cfg.bq, LANES), F32), pltpu.VMEM((cfg.bq, LANES), F32),
+       pltpu.VMEM((cfg.bq, d), F32)], "chunk_attention_fwd_tpu")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -378,15 +358,15 @@ def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
 def _attention_bwd(cfg, res, do):
   q, k, v, seg, ek, ev, eends, eseg, sink, bounds, o, lse = res
   fwd, raw_bwd, entry_bwd = _ranges(cfg, seg, eends, eseg, *bounds)
-  delta = jnp.sum(o.astype(_F32) * do.astype(_F32), axis=-1)  # B x H x Tp
+  delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1)  # B x H x Tp
   lse_t = lse[..., 0]
-  delta_col = jnp.broadcast_to(delta[..., None], delta.shape + (_LANES,))
+  delta_col = jnp.broadcast_to(delta[..., None], delta.shape + (LANES,))
   dq = _q_major_call(
       _dq_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
       _rows(eseg), [do, lse, delta_col], ["q", "col", "col"],
-      [jax.ShapeDtypeStruct(q.shape, q.dtype)], ["q"], [pltpu.VMEM((cfg.bq, q.shape[-1]), _F32)],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype)], ["q"], [pltpu.VMEM((cfg.bq, q.shape[-1]), F32)],
       "chunk_attention_dq_tpu")[0]
-  hrows = lambda x: jnp.broadcast_to(x[:, :, None, :], x.shape[:2] + (_SUBLANES, x.shape[2]))
+  hrows = lambda x: jnp.broadcast_to(x[:, :, None, :], x.shape[:2] + (SUBLANES, x.shape[2]))
   common = (q, do, _rows(seg), hrows(lse_t), hrows(delta))
   dk = dv = jnp.zeros_like(k)
   if cfg.window:
@@ -428,7 +408,7 @@ def chunk_attention_tpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   seg = pad_to(segment_ids_BxT.astype(jnp.int32), 1, tp, mode="edge")
   eends = pad_to(entry_ends_BxC.astype(jnp.int32), 1, cp, layout.PAD_END)
   eseg = pad_to(entry_segment_ids_BxC.astype(jnp.int32), 1, cp, layout.PAD_SEGMENT)
-  sink = jnp.full((h,), -jnp.inf, _F32) if sink_H is None else sink_H.astype(_F32)
+  sink = jnp.full((h,), -jnp.inf, F32) if sink_H is None else sink_H.astype(F32)
   o = _attention(cfg, heads_major(q_BxTxHxD, tp), heads_major(k_BxTxKxD, tp),
                  heads_major(v_BxTxKxD, tp), seg, heads_major(entry_k_BxCxKxD, cp),
                  heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink,

@@ -23,13 +23,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.padding import pad_to, round_up
+from kernels.tpu_common import F32, LANES, NT, SUBLANES, dot, init_softmax, online_update
 
 Array = jax.Array
-_F32 = jnp.float32
-_LANES = 128
-_SUBLANES = 8
-_NT = (((1,), (1,)), ((), ()))
-_NN = (((1,), (0,)), ((), ()))
 NEVER = 2**30
 
 
@@ -42,10 +38,6 @@ class _Cfg:
   chunks: int  # column steps (0: no columns)
 
 
-def _dot(a, b, dims):
-  return jax.lax.dot_general(a, b, dims, preferred_element_type=_F32)
-
-
 def _kernel(blocks_ref, counts_ref, chunks_ref, q_ref, k_ref, v_ref, *refs, cfg: _Cfg):
   o_ref, m_sc, l_sc, acc_sc = refs[-4:]
   b, h, i, j = (pl.program_id(a) for a in range(4))
@@ -53,27 +45,17 @@ def _kernel(blocks_ref, counts_ref, chunks_ref, q_ref, k_ref, v_ref, *refs, cfg:
 
   @pl.when(j == 0)
   def _init():
-    m_sc[...] = jnp.full(m_sc.shape, -jnp.inf, _F32)
-    l_sc[...] = jnp.zeros(l_sc.shape, _F32)
-    acc_sc[...] = jnp.zeros(acc_sc.shape, _F32)
+    init_softmax(m_sc, l_sc, acc_sc)
 
   def update(s, mask, v):
-    s = jnp.where(mask, s, -jnp.inf)
-    m_prev, l_prev = m_sc[...], l_sc[...]
-    m_new = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
-    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    alpha = jnp.exp(m_prev - m_safe)
-    p = jnp.exp(s - m_safe[:, :1])
-    l_sc[...] = alpha * l_prev + jnp.sum(p, axis=1)[:, None]
-    m_sc[...] = m_new
-    acc_sc[...] = alpha[:, :1] * acc_sc[...] + _dot(p.astype(v.dtype), v, _NN)
+    online_update(m_sc, l_sc, acc_sc, s, mask, v)
 
   q = q_ref[...]
 
   @pl.when(j < counts_ref[b, h, i])
   def _block():
     blk = blocks_ref[b, h, i, jnp.minimum(j, cfg.slots - 1)]
-    s = _dot(q, k_ref[...], _NT) * cfg.scale
+    s = dot(q, k_ref[...], NT) * cfg.scale
     t_pos = i * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
     s_pos = blk * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
     update(s, s_pos <= t_pos, v_ref[...])
@@ -83,7 +65,7 @@ def _kernel(blocks_ref, counts_ref, chunks_ref, q_ref, k_ref, v_ref, *refs, cfg:
 
     @pl.when((j >= cfg.slots) & (j - cfg.slots < chunks_ref[b, h, i]))
     def _columns():
-      s = _dot(q, kc_ref[...], _NT) * cfg.scale
+      s = dot(q, kc_ref[...], NT) * cfg.scale
       t_pos = i * bq + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
       update(s, cvis_ref[...][:1, :] <= t_pos, vc_ref[...])
 
@@ -97,16 +79,16 @@ def block_sparse_tpu(q, k, v, blocks, counts, columns, keep, *, block: int, scal
                      interpret) -> Array:
   """Pallas Mosaic implementation of ``kernels.block_sparse_attention`` on inputs padded to
   whole blocks (T = N * block), kept columns already exclusive of the listed blocks."""
-  if block % _SUBLANES:
-    raise ValueError(f"pallas_tpu: block must be a multiple of {_SUBLANES}, got {block}")
+  if block % SUBLANES:
+    raise ValueError(f"pallas_tpu: block must be a multiple of {SUBLANES}, got {block}")
   interpret = interpret if isinstance(interpret, pltpu.InterpretParams) else bool(interpret)
   b, tp, h, d = q.shape
   kh = k.shape[2]
   n, s = blocks.shape[2:]
   g = h // kh
   v_count = columns.shape[2]
-  cols = round_up(v_count, _LANES) if v_count else 0
-  cfg = _Cfg(block=block, scale=scale, group=g, slots=s, chunks=cols // _LANES)
+  cols = round_up(v_count, LANES) if v_count else 0
+  cfg = _Cfg(block=block, scale=scale, group=g, slots=s, chunks=cols // LANES)
   # Past its count a step keeps the last listed block: the same block index, so no new DMA.
   slot = jnp.minimum(jnp.arange(s), jnp.maximum(counts[..., None] - 1, 0))
   listed = jnp.take_along_axis(jnp.clip(blocks, 0, n - 1), slot, axis=3).astype(jnp.int32)
@@ -131,14 +113,14 @@ def block_sparse_tpu(q, k, v, blocks, counts, columns, keep, *, block: int, scal
     # and sees; later chunk steps repeat that chunk's index (no DMA) and skip their compute.
     seen = cvis <= (jnp.arange(n) * block + block - 1)[:, None]
     last = jnp.max(jnp.where(seen, jnp.arange(cols) + 1, 0), axis=-1)
-    col_chunks = -(-last // _LANES)
+    col_chunks = -(-last // LANES)
     chunk = lambda b_, h_, i, j, chunks_ref: jnp.minimum(
         jnp.maximum(j - s, 0), jnp.maximum(chunks_ref[b_, h_, i] - 1, 0))
-    col_spec = pl.BlockSpec((None, None, _LANES, d), lambda b_, h_, i, j, _, __, c: (
+    col_spec = pl.BlockSpec((None, None, LANES, d), lambda b_, h_, i, j, _, __, c: (
         b_, h_, chunk(b_, h_, i, j, c), 0))
-    cvis = jnp.broadcast_to(cvis[:, :, :, None, :], (b, h, n, _SUBLANES, cols))
+    cvis = jnp.broadcast_to(cvis[:, :, :, None, :], (b, h, n, SUBLANES, cols))
     in_specs += [col_spec, col_spec,
-                 pl.BlockSpec((None, None, None, _SUBLANES, _LANES),
+                 pl.BlockSpec((None, None, None, SUBLANES, LANES),
                               lambda b_, h_, i, j, _, __, c: (b_, h_, i, 0,
                                                               chunk(b_, h_, i, j, c)))]
     args += [gather(k), gather(v), cvis.astype(jnp.int32)]
@@ -149,8 +131,8 @@ def block_sparse_tpu(q, k, v, blocks, counts, columns, keep, *, block: int, scal
           grid=(b, h, n, s + cfg.chunks),
           in_specs=in_specs,
           out_specs=q_spec,
-          scratch_shapes=[pltpu.VMEM((block, _LANES), _F32), pltpu.VMEM((block, _LANES), _F32),
-                          pltpu.VMEM((block, d), _F32)]),
+          scratch_shapes=[pltpu.VMEM((block, LANES), F32), pltpu.VMEM((block, LANES), F32),
+                          pltpu.VMEM((block, d), F32)]),
       out_shape=jax.ShapeDtypeStruct((b, h, tp, d), q.dtype),
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
