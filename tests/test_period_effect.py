@@ -141,6 +141,26 @@ def test_gate_leaves_a_unit_near_chance_or_without_power_undecided():
   assert few.verdict == period_effect.UNDECIDED and "power" in few.reason
 
 
+def test_a_unit_that_answers_every_prompt_is_flat_with_full_power():
+  # Claim rules >= 4: the gate's binomial variance and design effect are floored like the
+  # residue variances, so a unit at (or next to) 100% in every residue decides. Rules 1-3
+  # divided floored variances by an unfloored binomial: a design effect near 1e9, power near
+  # alpha, "undecided" for a unit that answers everything (plan 5's stagger and stride-2
+  # cures, at 100%). Seeds sharing prompts, with and without the position term.
+  rng = np.random.default_rng(0)
+  positions = rng.permuted(np.tile(np.arange(N, dtype=float), (R, 1)), axis=1).T
+  for correct in (np.ones((3, N, R)), (rng.random((3, N, R)) < 0.999).astype(float)):
+    for table in (residue_effect.from_prompts(correct),
+                  residue_effect.from_prompts(correct, positions_YxR=positions)):
+      assert table.design_effect == pytest.approx(1.0, abs=0.1)
+      for gate in ((period_effect.PERIODIC_DIP, 8, 1 / 32), (period_effect.FLAT_DIP, 8, 0.0)):
+        decision = period_effect.decide(table, gate=gate)
+        assert decision.verdict == period_effect.FLAT and decision.power > 0.99, decision
+  old = period_effect.decide(residue_effect.from_prompts(np.ones((1, N, R))),
+                             gate=(period_effect.PERIODIC_DIP, 8, 1 / 32), floored_gate=False)
+  assert old.verdict == period_effect.UNDECIDED and old.power < 0.1 and "power" in old.reason
+
+
 def test_dip_power_matches_simulated_rejections():
   rng = np.random.default_rng(5)
   p, dip = 0.13, 0.03

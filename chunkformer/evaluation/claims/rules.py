@@ -22,6 +22,10 @@ units trained): C13 pairs each compressed row with the full-attention row of its
 heads (the paper's W8/S8 8 KV against full 8 KV), and the lookup period decisions adjust for
 the target position (a cubic, ``residue_effect.from_prompts``) wherever the answer matrices
 store it (the shifted-positions design moves the mean position with the residue).
+Version 4 (2026-12-05, written after plan version 5's first 61 units had been judged in a
+preview, which showed the defect): the power gate's binomial variance and design effect are
+floored as the residue variances are, so a unit answering every prompt is not called
+undecided for lack of power.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class Rules:
   period: str  # LACK_OF_FIT | EFFECT_SIZE (C10-C12)
   c13_pairing: str = MOST_SEEDS  # MOST_SEEDS | SAME_KV_HEADS: C13's full-attention reference
   position_term: bool = False  # lookup period decisions adjust for stored target positions
+  # The power gate's binomial variance and design effect floored like the residue variances
+  # (False: a unit at 100% had a design effect near 1e9 and a power near alpha).
+  floored_design_effect: bool = False
 
   def min_agree(self, num_seeds: int) -> int:
     """Seeds that must agree for a variant with ``num_seeds`` seeds to decide."""
@@ -79,8 +86,11 @@ RULES = {
     "3": Rules("3", "2026-12-05", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
                decided_blocks_only=True, period=EFFECT_SIZE, c13_pairing=SAME_KV_HEADS,
                position_term=True),
+    "4": Rules("4", "2026-12-05", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
+               decided_blocks_only=True, period=EFFECT_SIZE, c13_pairing=SAME_KV_HEADS,
+               position_term=True, floored_design_effect=True),
 }
-CURRENT = "3"
+CURRENT = "4"
 CURRENT_RULES = RULES[CURRENT]  # the default of every function that judges under rules
 UNVERSIONED = "1"  # a results.json written before the rules had versions
 
@@ -113,6 +123,15 @@ CHANGES = {
          "store it",
          "the shifted-positions design (every central moment matched) moves the mean position "
          "by the residue, which a position effect would turn into a residue effect"),
+    ),
+    "4": (
+        ("the power gate's binomial variance and design effect are floored as the residue "
+         "variances are",
+         "the design effect divided the floored residue variances by an unfloored binomial "
+         "variance (max(a (1 - a), 1e-12) / n), so a unit answering every prompt had a "
+         "design effect near 1e9 and a power near alpha: cure_stagger_8kv and cure_w4s2_1kv, "
+         "at 100% in every residue, were called undecided; seen in a preview of plan version "
+         "5's first 61 units, before the last 37 were trained, and changed after it"),
     ),
 }
 

@@ -138,26 +138,34 @@ def dip_power(variance: float, dip: float, phases: int, residues: int, *,
   return float(scipy_stats.ncx2.sf(critical, phases - 1, noncentrality))
 
 
-def unit_power(table: ResidueMeans, dip: float, phases: int, *, alpha: float = ALPHA) -> float:
+def unit_power(table: ResidueMeans, dip: float, phases: int, *, alpha: float = ALPHA,
+               floored: bool = True) -> float:
   """``dip_power`` at the unit's own mean accuracy and prompt count: the binomial variance
-  of its mean over its prompts and seeds, times its design effect (>= 1: seeds that share
-  prompts count as fewer than their answers)."""
-  p = min(max(table.mean, 1e-6), 1 - 1e-6)
+  of its mean over its prompts and seeds (floored as the table's variances are), times its
+  design effect (>= 1: seeds that share prompts count as fewer than their answers).
+  ``floored=False``: claim rules 1-3, whose unfloored design effect gave a unit at 100% a
+  power near alpha (``ResidueMeans.design_effect_at``)."""
   prompts = float(np.mean(table.prompts)) * table.seeds
-  variance = p * (1 - p) / prompts * max(1.0, table.design_effect)
+  if floored:
+    variance = float(residue_effect.binomial_variance(table.mean, prompts))
+  else:
+    p = min(max(table.mean, 1e-6), 1 - 1e-6)
+    variance = p * (1 - p) / prompts
+  variance *= max(1.0, table.design_effect_at(floored=floored))
   return dip_power(variance, dip, phases, table.residues, alpha=alpha)
 
 
 def power_gate(table: ResidueMeans, *, dip: float, phases: int, chance: float,
-               power_min: float = POWER_MIN, alpha: float = ALPHA) -> tuple[float, str]:
+               power_min: float = POWER_MIN, alpha: float = ALPHA,
+               floored: bool = True) -> tuple[float, str]:
   """(power, reason): the reason is empty when the unit may decide (power >= ``power_min``
   for the dip AND mean - chance > dip), else says which half failed, with its numbers."""
-  power = unit_power(table, dip, phases, alpha=alpha)
+  power = unit_power(table, dip, phases, alpha=alpha, floored=floored)
   if power < power_min:
     return power, (f"power {power:.2f} < {power_min} for a {100 * dip:.0f}-point dip at one "
                    f"phase of {phases} (mean {100 * table.mean:.1f}%, "
                    f"{int(np.mean(table.prompts))} prompts per residue x {table.seeds} seeds, "
-                   f"design effect {table.design_effect:.2f})")
+                   f"design effect {table.design_effect_at(floored=floored):.2f})")
   if table.mean - chance <= dip:
     return power, (f"mean {100 * table.mean:.1f}% is within {100 * dip:.0f} points of chance "
                    f"({100 * chance:.1f}%)")
@@ -185,13 +193,15 @@ def detected_period(table: ResidueMeans, passing: list[PeriodFit], *, alpha: flo
 def decide(table: ResidueMeans, *, periods: tuple[int, ...] | None = None,
            gate: tuple[float, int, float] | None = None, alpha: float = ALPHA,
            share_min: float = SHARE_MIN, residual_max: float = RESIDUAL_MAX,
-           flat_rms: float = FLAT_RMS) -> PeriodDecision:
+           flat_rms: float = FLAT_RMS, floored_gate: bool = True) -> PeriodDecision:
   """The decision of the module docstring.
 
   Args:
     table: per-residue means and variances (``residue_effect``).
     periods: the candidates; None: ``candidate_periods(R)``.
     gate: (dip, phases, chance) of the power gate (``power_gate``); None: no gate.
+    floored_gate: the gate's binomial variance and design effect floored as the table's
+      variances are (claim rules >= 4; False: rules 1-3, ``unit_power``).
   """
   periods = candidate_periods(table.residues) if periods is None else tuple(periods)
   fits = tuple(fit_period(table, p, candidates=len(periods), alpha=alpha, share_min=share_min,
@@ -201,7 +211,8 @@ def decide(table: ResidueMeans, *, periods: tuple[int, ...] | None = None,
   power, gate_reason = (float("nan"), "")
   if gate is not None:
     dip, phases, chance = gate
-    power, gate_reason = power_gate(table, dip=dip, phases=phases, chance=chance, alpha=alpha)
+    power, gate_reason = power_gate(table, dip=dip, phases=phases, chance=chance, alpha=alpha,
+                                    floored=floored_gate)
   passing = [f for f in fits if f.passes]
   # The bound decides only when no period passes (and is slow for a large effect): nan else.
   upper = float("nan") if passing else residue_effect.effect_upper_bound(table, 1 - alpha)

@@ -62,9 +62,19 @@ class ResidueMeans:
 
   @property
   def design_effect(self) -> float:
-    """Mean variance over the binomial variance of independent draws (>= 1 is clustering)."""
+    """Mean variance over the binomial variance of independent draws (>= 1 is clustering),
+    that binomial variance floored as the variances are (``binomial_variance``): a residue
+    answered always or never then counts as unclustered."""
+    return self.design_effect_at(floored=True)
+
+  def design_effect_at(self, *, floored: bool) -> float:
+    """``design_effect``; ``floored=False`` is claim rules 1-3's reference, a bare
+    max(a (1 - a), 1e-12) / n, which turned a unit at 100% (every variance at its floor)
+    into a design effect near 1e9."""
     a = np.clip(self.accuracy, 0.0, 1.0)
-    binomial = np.maximum(a * (1 - a), 1e-12) / (self.prompts * self.seeds)
+    trials = self.prompts * self.seeds
+    binomial = (binomial_variance(a, trials) if floored
+                else np.maximum(a * (1 - a), 1e-12) / trials)
     return float(np.mean(self.variance) / np.mean(binomial))
 
 
@@ -72,6 +82,14 @@ def _floor(correct_sum, trials) -> np.ndarray:
   trials = np.asarray(trials, np.float64)
   a = (np.asarray(correct_sum, np.float64) + 0.5) / (trials + 1.0)
   return a * (1 - a) / (trials + 1.0)
+
+
+def binomial_variance(accuracy, trials) -> np.ndarray:
+  """The variance of a mean of ``trials`` independent draws at ``accuracy``, floored as the
+  table's variances are (half a success and half a failure added)."""
+  a = np.asarray(accuracy, np.float64)
+  trials = np.asarray(trials, np.float64)
+  return np.maximum(a * (1 - a) / trials, _floor(a * trials, trials))
 
 
 def from_counts(correct_R, total_R) -> ResidueMeans:

@@ -138,7 +138,8 @@ def decide(matrices: Sequence[correctness.Matrix | None], length: int,
                                       positions_YxR=positions)
   periods = tuple(p for p in range(2, residues + 1) if residues % p == 0)
   return period_effect.decide(table, periods=periods,
-                              gate=(period_effect.PERIODIC_DIP, length, CHANCE))
+                              gate=(period_effect.PERIODIC_DIP, length, CHANCE),
+                              floored_gate=rules.floored_design_effect)
 
 
 def gap(matrices: Sequence[correctness.Matrix | None], length: int) -> float | None:

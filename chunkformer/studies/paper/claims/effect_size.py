@@ -71,7 +71,8 @@ def _decide(stack: list[correctness.Matrix | None], stride: int | None,
   positions = correctness.shared_positions(stack) if rules.position_term else None
   table = residue_effect.from_prompts(np.stack([x.correct_YxJ for x in stack]),
                                       positions_YxR=positions)
-  return period_effect.decide(table, gate=_gate(stride))
+  return period_effect.decide(table, gate=_gate(stride),
+                              floored_gate=rules.floored_design_effect)
 
 
 def decide_units(load: correctness.Loader | None, units: Sequence[str], padding: str,
