@@ -1,23 +1,25 @@
 """Calibration by simulation of every deciding test: type-I error and power at the committed
 sweeps' accuracies and sizes. One command regenerates everything:
 
-  python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism,eviction_lookup,e6]
+  python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism,eviction_lookup,e6,
+                                      gate_floor]
                               [--seed 0]
                               [--small] [--out results/calibration]
 
 Parts: ``lookup`` (C10-C12's period tests on 24 residues x 576 prompts,
-``chunkformer.evaluation.stats.calibration``; its target positions are those of the paper
-protocol's lookup probe: 128-token rows with 16 records and 8 demonstrations, t_K in [1, 108]
-matched in mean and variance), ``needles`` (C1, C2 and the bootstrap intervals on 32 x 48
-matrices, ``studies/needles/claims/calibration``), ``c5`` (the paired gap difference),
-``eviction`` (E1, E2 on 32 x 40), ``e3`` (the sign-flip test), ``mechanism`` (C14-C16,
+``chunkformer.evaluation.stats.calibration``; its target positions are those of the paper protocol's
+lookup probe: 128-token rows with 16 records and 8 demonstrations, t_K in [1, 108] matched in mean
+and variance), ``needles`` (C1, C2 and the bootstrap intervals on 32 x 48 matrices,
+``studies/needles/claims/calibration``), ``c5`` (the paired gap difference), ``eviction`` (E1, E2 on
+32 x 40), ``e3`` (the sign-flip test), ``mechanism`` (C14-C16,
 ``studies/paper/claims/mechanism_calibration``), ``eviction_lookup`` (E4, E5 on 128 prompts x 8
-residues x 3 seeds) and ``e6`` (McNemar and the pooled sign-flip test,
-``studies/eviction/claims/lookup_calibration``). Each part writes ``OUT/<part>.json`` (the
-lookup part ``OUT/calibration.json``) with its command, commit, date and wall time; every run
-rewrites ``OUT/report.md`` (one table per test) and ``OUT/RUN.md`` from every part found, so a
-part can be rerun alone. ``--small``: 40 units per truth and 500 permutations (a minute;
-not for committing).
+residues x 3 seeds), ``e6`` (McNemar and the pooled sign-flip test,
+``studies/eviction/claims/lookup_calibration``) and ``gate_floor`` (claim rules 4's floored power
+gate against rules 1-3's on the lookup truths and at 99.9%). Each part writes ``OUT/<part>.json``
+(the lookup part ``OUT/calibration.json``) with its command, commit, date and wall time; every run
+rewrites ``OUT/report.md`` (one table per test) and ``OUT/RUN.md`` from every part found, so a part
+can be rerun alone. ``--small``: 40 units per truth and 500 permutations (a minute; not for
+committing).
 """
 
 from __future__ import annotations
@@ -101,9 +103,10 @@ def report(rows, reps: int, phis: dict[str, float]) -> str:
   return "\n".join(lines) + "\n"
 
 
-PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism", "eviction_lookup", "e6")
+PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism", "eviction_lookup", "e6",
+         "gate_floor")
 REPS = {"lookup": 2000, "needles": 250, "c5": 2000, "eviction": 250, "e3": 2000,
-        "mechanism": 2000, "eviction_lookup": 1000, "e6": 500}
+        "mechanism": 2000, "eviction_lookup": 1000, "e6": 500, "gate_floor": 200}
 TITLES = {
     "needles": "C1 and C2 (needle study's period test and the one \"no period\" standard), "
                "and the bootstrap intervals under the two poolings",
@@ -115,6 +118,8 @@ TITLES = {
     "eviction_lookup": "E4 and E5 (the period decision by effect size on the lookup under "
                        "eviction, plan version 5's sizes)",
     "e6": "E6 (McNemar per seed, the sign-flip test over prompts pooled)",
+    "gate_floor": "The power gate of claim rules 4 (floored) against rules 1-3's, on the "
+                  "lookup part's truths and at the ceiling",
 }
 
 
@@ -143,7 +148,9 @@ def _matrix_part(part: str, args, reps: int) -> dict:
                                + mechanism_calibration.c16_run(reps, seed=args.seed)),
          "eviction_lookup": lambda: lookup_calibration.run(reps, seed=args.seed),
          "e6": lambda: lookup_calibration.e6_run(
-             reps, seed=args.seed, num_permutations=perms if args.small else None)}[part]
+             reps, seed=args.seed, num_permutations=perms if args.small else None),
+         "gate_floor": lambda: calibration.gate_floor_run(reps, seed=args.seed,
+                                                          positions_YxR=paper_positions())}[part]
   out = {"reps": reps, "seed": args.seed, "permutations": perms,
          "rows": [r.record() for r in run()]}
   if part == "needles":
@@ -159,6 +166,8 @@ def _matrix_part(part: str, args, reps: int) -> dict:
                      for k, (t, m) in lookup_calibration.TRUTHS.items()}
   if part == "e6":
     out["permutations"] = perms if args.small else lookup_calibration.lookup_claims.E6_FLIPS
+  if part == "gate_floor":
+    out["permutations"] = 0  # closed-form decisions
   return out
 
 

@@ -54,3 +54,12 @@ def test_simulated_seeds_share_prompts_and_keep_the_marginal_accuracy():
 def test_a_drifting_truth_needs_positions():
   with pytest.raises(ValueError, match="positions"):
     calibration.simulate(calibration.TRUTHS["period_s_drift"], np.random.default_rng(0))
+
+
+def test_the_floored_power_gate_changes_no_calibrated_decision_and_decides_the_ceiling():
+  rows = {(r.truth, r.rule): r for r in calibration.gate_floor_run(8, seed=1)}
+  same = "the same decision under rules 3 and 4 (both gates)"
+  assert all(rows[t, same].rate == 1.0 for t in ("flat", "flat_seeds", "period_s", "ceiling"))
+  assert rows["all_correct", "flat under rules 4 (20-point gate)"].passes
+  assert rows["all_correct", "flat under rules 3 (20-point gate)"].rate == 0.0
+  assert ("flat_drift", same) not in rows  # drifting truths need the sweep's positions

@@ -13,7 +13,8 @@ check (``CHECKS``) names a truth, a rule, and whether the rate is a type-I error
 alpha within Monte-Carlo error) or a power (bound: 0.8), or is only reported (today's rules).
 
 ``run`` returns one row per check; ``scripts/calibrate.py`` writes them to
-``results/calibration/``; the test suite runs a small version.
+``results/calibration/``; the test suite runs a small version. ``gate_floor_run`` compares the
+power gate of claim rules 4 with that of rules 1-3 on the same truths and at the ceiling.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
+from chunkformer.evaluation.stats import matrix_calibration as mc
 from chunkformer.evaluation.stats import period_effect, residue_effect, residue_period
 
 RESIDUES = 24
@@ -253,3 +255,51 @@ def seed_phi(truth: Truth, rng: np.random.Generator, prompts: int = PROMPTS) -> 
   """The phi coefficient between two seeds' answers under ``truth`` (what ``tau`` means)."""
   x = simulate(dataclasses.replace(truth, seeds=2), rng, prompts=prompts)
   return float(np.corrcoef(x[0].ravel(), x[1].ravel())[0, 1])
+
+
+# Claim rules 4 floored the power gate (``period_effect.unit_power``): at the calibrated truths
+# it should change no decision, and at the ceiling it should turn "undecided" into "flat".
+CEILING = Truth("ceiling", "99.9% at every residue, 3 seeds sharing prompts", (0.999,), seeds=3,
+                tau=TAU)
+ALL_CORRECT = Truth("all_correct", "every prompt answered at every residue by 3 seeds (plan 5's "
+                    "stagger and stride-2 cures)", (1.0,), seeds=3)
+GATES = ((period_effect.PERIODIC_DIP, STRIDE, CHANCE), (period_effect.FLAT_DIP, STRIDE, CHANCE))
+
+
+def gate_floor_run(reps: int, *, seed: int = 0,
+                   positions_YxR: np.ndarray | None = None) -> list[mc.Rate]:
+  """Rows (``matrix_calibration.Rate``) comparing the floored power gate (claim rules >= 4)
+  with the unfloored one (rules 1-3): per truth of ``TRUTHS`` the share of decisions (both
+  gates: C10's 20-point dip and C11's 6-point dip at one phase of 8) that agree, reported; at
+  ``CEILING`` and ``ALL_CORRECT`` (outcomes all 1: ``simulate`` clips accuracies at 99.9%) the
+  share called flat under each, the floored one held to 95%."""
+  truths = dict(TRUTHS, ceiling=CEILING, all_correct=ALL_CORRECT)
+  streams = truth_streams(sorted(truths), (seed, 9))
+  sizes = f"{RESIDUES} residues x {PROMPTS} prompts"
+  rows = []
+  for name in sorted(truths):
+    truth = truths[name]
+    if truth.drift and positions_YxR is None:
+      continue
+    same, flat_new, flat_old = [], [], []
+    for _ in range(reps):
+      x = (np.ones((truth.seeds, PROMPTS, RESIDUES)) if truth is ALL_CORRECT
+           else simulate(truth, streams[name], positions_YxR=positions_YxR))
+      table = residue_effect.from_prompts(x, positions_YxR=positions_YxR if truth.drift
+                                          else None)
+      for gate in GATES:
+        new = period_effect.decide(table, gate=gate, floored_gate=True)
+        old = period_effect.decide(table, gate=gate, floored_gate=False)
+        same.append((new.verdict, new.period) == (old.verdict, old.period))
+        if gate is GATES[0]:
+          flat_new.append(new.verdict == period_effect.FLAT)
+          flat_old.append(old.verdict == period_effect.FLAT)
+    mean = float(np.mean(truth.phases))
+    rows.append(mc.rate("gate floor", name, "the same decision under rules 3 and 4 (both "
+                        "gates)", mc.REPORT, sizes, mean, same, None))
+    if truth in (CEILING, ALL_CORRECT):
+      rows.append(mc.rate("gate floor", name, "flat under rules 4 (20-point gate)", mc.HOLDS,
+                          sizes, mean, flat_new, 0.95))
+      rows.append(mc.rate("gate floor", name, "flat under rules 3 (20-point gate)", mc.REPORT,
+                          sizes, mean, flat_old, None))
+  return rows
