@@ -156,8 +156,9 @@ def test_the_report_table_shows_our_rows_and_the_papers_beside_a_paper_run():
   text = residue_tables.section([("w8s8_1kv", record)])
   assert "| w8s8_1kv | lookup | prefix | - | 37.5 | 0.0 (0) | 100.0 |\n" in text
   assert "1: 100.0 [94.3, 100.0]" in text  # 64 of 64: Wilson low 64 / (64 + z^2) = 94.3%
-  assert ("| paper (Qwen3-0.6B backbone, 100B tokens: a different scale): W8/S8 · 1 KV · seed 42 "
-          "| lookup | prefix | 2.478 | 50.6 | 5.7 | 75.3 |") in text
+  assert ("| paper: W8/S8 · 1 KV · seed 42 | lookup | prefix | 2.478 | 50.6 | 5.7 | 75.3 |"
+          in text)
+  assert "labelled paper (Qwen3-0.6B backbone, 100B tokens: a different scale)." in text
   assert "in_sequence | 2.478 | 27.6 | 3.4 | 44.0 |" in text
   assert published.run_for("full_1kv") is None and residue_tables.section([]) == ""
   # the sweep report shows the registry's residue tests as this table, other probes as JSON

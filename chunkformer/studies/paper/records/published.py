@@ -14,6 +14,7 @@ from typing import Any
 
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_published.json")
 SCALE_NOTE = "paper (Qwen3-0.6B backbone, 100B tokens: a different scale)"
+ROW_LABEL = "paper"  # a published row's label in tables whose caption gives SCALE_NOTE
 
 RUN_IDS = {
     "w8s8_1kv": "kvc_w8s8_1kv_baseline",

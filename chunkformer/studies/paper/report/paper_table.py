@@ -61,7 +61,7 @@ def main_table(tables: Tables) -> list[str]:
         theirs = published.lookup_row(entry, m)
         cells += (["-"] * 3 if theirs is None else
                   [f"{theirs['mean']:.1f}", f"{theirs['worst']:.1f}", f"{theirs['gap']:.1f}"])
-      lines.append(f"| {published.SCALE_NOTE}: {entry['name']} | - | {entry.get('loss', '-')} | "
+      lines.append(f"| {published.ROW_LABEL}: {entry['name']} | - | {entry.get('loss', '-')} | "
                    + " | ".join(cells) + " |")
   return lines
 

@@ -21,7 +21,9 @@ def section(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
   if not results:
     return ""
   lines = ["", "## Position-matched tests (accuracy % by residue of the target key position)",
-           "", "| variant | test | padding | val loss | mean | worst (residue) | gap |",
+           "", "A unit named after a paper run is followed by its published row, labelled "
+           f"{published.SCALE_NOTE}.", "",
+           "| variant | test | padding | val loss | mean | worst (residue) | gap |",
            "|:--|:--|:--|--:|--:|--:|--:|"]
   curves = []
   for unit, record in results:
@@ -37,10 +39,10 @@ def section(results: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
       entry = published.run_for(unit) if test.test == "lookup" else None
       row = None if entry is None else published.lookup_row(entry, mode)
       if row is not None:
-        lines.append(f"| {published.SCALE_NOTE}: {entry['name']} | lookup | {mode} | "
+        lines.append(f"| {published.ROW_LABEL}: {entry['name']} | lookup | {mode} | "
                      f"{row['loss'] if row['loss'] is not None else '-'} | {row['mean']:.1f} | "
                      f"{row['worst']:.1f} | {row['gap']:.1f} |")
-        curves.append(f"- {published.SCALE_NOTE}: {entry['name']}, {mode} (mod 24): "
+        curves.append(f"- {published.ROW_LABEL}: {entry['name']}, {mode} (mod 24): "
                       + " ".join(f"{r}: {a:.1f}" for r, a in enumerate(row["acc"])))
   return "\n".join(lines + ["", "Accuracy per residue [95% Wilson interval]:", ""] + curves)
 
