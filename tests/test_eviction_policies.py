@@ -27,6 +27,7 @@ from chunkformer.eviction import (
   from_dict,
   label,
   select,
+  short_label,
 )
 from chunkformer.eviction import scores as scores_lib
 from chunkformer.eviction.specs import LayerInputs
@@ -292,3 +293,11 @@ def test_content_chunks_from_a_trained_models_router_are_its_sown_end_flags():
   for b in range(B):
     np.testing.assert_array_equal(kept[b, 0, :-2],
                                   _reference_chunks(pooled[b], ends[b], 8, T - 2))
+
+
+def test_short_label_writes_long_runs_of_delimiter_ids_as_their_ends_only():
+  long = "content_chunkkv-b16-delim" + ".".join(map(str, range(39, 71))) + "-len2-8"
+  assert short_label(long) == "content_chunkkv-b16-delim39..70-len2-8"
+  assert short_label("c-delim2.3.4-len1-64") == "c-delim2.3.4-len1-64"  # under four
+  assert short_label("c-delim2.5.6.7.8.11-len1") == "c-delim2.5..8.11-len1"
+  assert short_label("snapkv-b64-window8") == "snapkv-b64-window8"

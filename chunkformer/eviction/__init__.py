@@ -25,7 +25,9 @@ from chunkformer.eviction.specs import (
   StreamingLLM,
   from_dict,
   label,
+  short_label,
 )
 
 __all__ = ["H2O", "POLICIES", "ChunkKV", "ChunkKVCut", "ContentChunkKV", "Delimiter", "KNorm",
-           "Policy", "Router", "SnapKV", "StreamingLLM", "from_dict", "label"]
+           "Policy", "Router", "SnapKV", "StreamingLLM", "from_dict", "label",
+           "short_label"]

@@ -14,6 +14,7 @@ Every policy gives ``select(layers, tokens_BxT, lengths_B, n)`` -> kept_BxKxN pe
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -327,6 +328,22 @@ def from_dict(spec: dict[str, Any], field: str = "eviction") -> Policy:
     return cls(**spec)
   except TypeError as e:
     raise ConfigError(f"config field '{field}': {e}") from None
+
+
+def short_label(label_: str) -> str:
+  """``label_`` for reports: a run of four or more consecutive delimiter ids written as its
+  ends (``delim39.40.41.42`` -> ``delim39..42``). Display only: records keep the full label."""
+  def compact(match: re.Match) -> str:
+    ids = [int(x) for x in match.group(1).split(".")]
+    runs, start = [], 0
+    for i in range(1, len(ids) + 1):
+      if i == len(ids) or ids[i] != ids[i - 1] + 1:
+        run = ids[start:i]
+        runs.append(f"{run[0]}..{run[-1]}" if len(run) >= 4 else ".".join(map(str, run)))
+        start = i
+    return "delim" + ".".join(runs)
+
+  return re.sub(r"delim(\d+(?:\.\d+)*)", compact, label_)
 
 
 def label(policy: Policy) -> str:

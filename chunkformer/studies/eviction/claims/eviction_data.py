@@ -59,7 +59,7 @@ class Group:
 
   @property
   def name(self) -> str:
-    return f"{self.variant}/{self.label}/{self.depth}"
+    return f"{self.variant}/{eviction.short_label(self.label)}/{self.depth}"
 
   @property
   def seeds(self) -> tuple[int, ...]:

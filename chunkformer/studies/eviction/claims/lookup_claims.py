@@ -77,7 +77,7 @@ class Group:
 
   @property
   def name(self) -> str:
-    return f"{self.variant}/{self.label}/{self.mode}"
+    return f"{self.variant}/{eviction.short_label(self.label)}/{self.mode}"
 
   @property
   def seeds(self) -> tuple[int, ...]:
