@@ -25,6 +25,7 @@ from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.formatting import MISSING, number, p_value
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.analysis_types import Interval
+from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE
 
 
 def _ratio(value: float | None) -> str:
@@ -118,11 +119,28 @@ def _variant_section(record: VariantRecord, directory: str) -> list[str]:
   return lines
 
 
+def untested(claim: Claim) -> bool:
+  """No unit of the sweep bears on the claim: INCONCLUSIVE with no seed counted."""
+  return claim.verdict == INCONCLUSIVE and claim.seeds_agreeing == "0/0"
+
+
+def _untested_line(ids: Sequence[str]) -> str:
+  return (f"Not tested by this sweep (no unit bears on them; reasons under \"Claims in full\"): "
+          f"{', '.join(ids)}.")
+
+
 def claims_table(claims: Sequence[Claim]) -> str:
-  """One row per claim: id, verdict, seeds agreeing, statement (the summary's table; the
-  reasons follow the summary, ``claims_in_full``)."""
-  lines = ["| claim | verdict | seeds agreeing | statement |", "|:--|:--|--:|:--|"]
-  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |" for c in claims]
+  """One row per claim the sweep tests: id, verdict, seeds agreeing, statement (the summary's
+  table; the reasons follow the summary, ``claims_in_full``); the untested ones named in one
+  line after it."""
+  tested = [c for c in claims if not untested(c)]
+  lines = []
+  if tested:
+    lines = ["| claim | verdict | seeds agreeing | statement |", "|:--|:--|--:|:--|"]
+    lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |" for c in tested]
+  rest = [c.id for c in claims if untested(c)]
+  if rest:
+    lines += ([""] if lines else []) + [_untested_line(rest)]
   return "\n".join(lines)
 
 
@@ -154,13 +172,20 @@ def rules_section(change: RulesChange, claims: Sequence[Claim]) -> list[str]:
            f"{change.current_written})", "",
            f"The verdicts above are decided by the rules these results were judged under "
            f"(version {change.deciding}, {change.deciding_written}). The rules changed after "
-           f"these results were seen; under the current rules:", "",
-           f"| claim | version {change.deciding} | version {change.current} | "
-           "seeds agreeing |", "|:--|:--|:--|--:|"]
-  for c in claims:
-    other = now.get(c.id)
-    lines.append(f"| {c.id} | {c.verdict} | {other.verdict if other else '-'} | "
-                 f"{other.seeds_agreeing if other else '-'} |")
+           f"these results were seen."]
+  moved = [c for c in claims if c.id not in now or (now[c.id].verdict, now[c.id].seeds_agreeing)
+           != (c.verdict, c.seeds_agreeing)]
+  if moved:
+    lines[-1] += (" Under the current rules (the claims whose verdict or seed count differs; "
+                  "every other claim has the same under both):")
+    lines += ["", f"| claim | version {change.deciding} | version {change.current} | "
+              "seeds agreeing |", "|:--|:--|:--|--:|"]
+    for c in moved:
+      other = now.get(c.id)
+      lines.append(f"| {c.id} | {c.verdict} | {other.verdict if other else '-'} | "
+                   f"{other.seeds_agreeing if other else '-'} |")
+  else:
+    lines[-1] += " Every claim has the same verdict and seed count under the current rules."
   lines += ["", "What changed, and why:", ""]
   lines += [f"- {what}: {why}." for what, why in change.changes]
   differing = [now[c.id] for c in claims if c.id in now and now[c.id].verdict != c.verdict]
