@@ -216,6 +216,8 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   if cfg.mosaic_fwd:  # its tiles: whole 64-row warpgroups, 64-aligned head dims (swizzle)
     from kernels import attention_mgpu
     attention_mgpu.check_inputs(q_BxTxHxD.dtype, d)
+    if not interpret:
+      attention_mgpu.check_device()
     tp = round_up(tp, max(attention_mgpu.program_rows(cfg), attention_mgpu.key_block(cfg)))
     cp = round_up(cp, attention_mgpu.key_block(cfg))
     dp = attention_mgpu.padded_head_dim(dp)

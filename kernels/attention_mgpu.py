@@ -56,6 +56,17 @@ def check_inputs(dtype, d: int) -> None:
     raise ValueError(f"AttentionBlockSizes(forward='mosaic') takes head dims up to 256, got {d}")
 
 
+def check_device(device=None) -> None:
+  """Warpgroup MMA needs compute capability >= 9.0 (Hopper): a clear error on older GPUs,
+  before anything compiles. Devices that report no capability (CPU interpret mode) pass."""
+  device = device or jax.devices()[0]
+  capability = getattr(device, "compute_capability", None)
+  if capability is not None and float(capability) < 9.0:
+    raise ValueError(f"AttentionBlockSizes(forward='mosaic') needs a Hopper or later GPU "
+                     f"(compute capability >= 9.0: warpgroup MMA); {device.device_kind} has "
+                     f"{capability}; use forward='triton'")
+
+
 def program_rows(cfg: Cfg) -> int:
   """Query rows per program: 64 or 128 (one or two consumer warpgroups)."""
   return max(ROWS, cfg.bq)

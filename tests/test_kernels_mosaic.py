@@ -4,6 +4,8 @@ the Triton backward reading its lse; and its refusals."""
 
 from __future__ import annotations
 
+import types
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -136,3 +138,7 @@ def test_mosaic_forward_refuses_what_it_cannot_run():
     kernels.AttentionBlockSizes(block_q=32, forward="mosaic")
   with pytest.raises(ValueError, match="forward must be one of"):
     kernels.AttentionBlockSizes(forward="cutlass")
+  ampere = types.SimpleNamespace(compute_capability="8.0", device_kind="NVIDIA A100-SXM4-80GB")
+  with pytest.raises(ValueError, match="Hopper or later GPU.*A100-SXM4-80GB has 8.0"):
+    attention_mgpu.check_device(ampere)
+  attention_mgpu.check_device(types.SimpleNamespace(compute_capability="9.0", device_kind="H"))
