@@ -6,9 +6,9 @@ The tests that run the interpreter are opt-in (``CHUNKFORMER_MOSAIC_INTERPRETER=
 JAX's interpreter runs each warpgroup as a program that waits on the others' barriers, and on 2
 cores it hangs now and then (one program blocked at a barrier while the warpgroup that would arrive
 there never starts; 4 of 9 runs of this file under xdist here, and the one run with synchronous CPU
-dispatch), which a CI run cannot afford. Run them with the variable set on a machine with more
-cores; the lowering test (tests/test_kernels_lowering.py) and the tests below that do not execute
-the kernel run everywhere."""
+dispatch), which a CI run cannot afford. Run them with the variable set (whether more cores avoid
+the hang is untried); the lowering test (tests/test_kernels_lowering.py) and the tests below that do
+not execute the kernel run everywhere."""
 
 from __future__ import annotations
 
