@@ -78,12 +78,10 @@ def gpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) 
 def mgpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) -> Tiles:
   """The tiles ``attention_mgpu`` runs with (64-row tiles, one key block size for raw keys and
   entries, ``program_rows`` per program), beside the Triton backward's."""
-  import dataclasses as dc
-
   from kernels import attention_gpu, attention_mgpu
 
-  cfg = attention_gpu._config(dc.replace(block_sizes, forward="mosaic"), t, c, 0, 1.0, group,
-                              True)
+  mosaic = dataclasses.replace(block_sizes, forward="mosaic")
+  cfg = attention_gpu._config(mosaic, t, c, 0, 1.0, group, True)
   bk = attention_mgpu.key_block(cfg)
   return Tiles(attention_mgpu.ROWS, bk, bk, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd,
                attention_mgpu.ROWS, attention_mgpu.program_rows(cfg))
