@@ -3,12 +3,16 @@ the dense reference, in the Mosaic GPU interpreter (TMA, barriers, warpgroup MMA
 the Triton backward reading its lse; its tile bounds; and its refusals.
 
 The tests that run the interpreter are opt-in (``CHUNKFORMER_MOSAIC_INTERPRETER=1``): the pinned
-JAX's interpreter runs each warpgroup as a program that waits on the others' barriers, and on 2
-cores it hangs now and then (one program blocked at a barrier while the warpgroup that would arrive
-there never starts; 4 of 9 runs of this file under xdist here, and the one run with synchronous CPU
-dispatch), which a CI run cannot afford. Run them with the variable set (whether more cores avoid
-the hang is untried); the lowering test (tests/test_kernels_lowering.py) and the tests below that do
-not execute the kernel run everywhere."""
+JAX's interpreter runs each warpgroup as an XLA CPU computation started from its own Python
+thread, and it hangs now and then, which a CI run cannot afford. Stack dumps of hung runs show
+the grid loop's thread-map callback holding one of XLA's CPU worker threads while the
+warpgroups' computations wait to start (and, on 2 cores, one more worker held by a warpgroup at
+a barrier), as if the interpreter needed more workers than XLA gives it (a reading of the dumps,
+not checked in XLA's code). It hung under xdist on 2 cores (4 of 9 runs of this file, then 1 of
+2 beside a training run), with synchronous CPU dispatch (2 of 2) and pinned to one core (1 of
+1); single-process runs of one case did not hang (17 of 17). The lowering test
+(tests/test_kernels_lowering.py) and the tests below that do not execute the kernel run
+everywhere."""
 
 from __future__ import annotations
 
