@@ -8,11 +8,13 @@ thread, and it hangs now and then, which a CI run cannot afford. Stack dumps of 
 the grid loop's thread-map callback holding one of XLA's CPU worker threads while the
 warpgroups' computations wait to start (and, on 2 cores, one more worker held by a warpgroup at
 a barrier), as if the interpreter needed more workers than XLA gives it (a reading of the dumps,
-not checked in XLA's code). It hung under xdist on 2 cores (4 of 9 runs of this file, then 1 of
-2 beside a training run), with synchronous CPU dispatch (2 of 2) and pinned to one core (1 of
-1); single-process runs of one case did not hang (17 of 17). The lowering test
-(tests/test_kernels_lowering.py) and the tests below that do not execute the kernel run
-everywhere."""
+not checked in XLA's code). Pinned to one core, a jitted call dispatched while its input was
+still being computed hung (1 of 1) and the same call with its input ready finished (1 of 1); but
+readying every input before the call did not stop the hangs (1 of 3 xdist runs of this file
+hung). Counts without it: under xdist on 2 cores 4 of 9 runs, then 1 of 2 beside a training run;
+with synchronous CPU dispatch 2 of 2; pinned to one core 1 of 1; single-process runs of one case
+0 of 17. The lowering test (tests/test_kernels_lowering.py) and the tests below that do not
+execute the kernel run everywhere."""
 
 from __future__ import annotations
 
