@@ -125,3 +125,25 @@ def test_committed_units_periodic_with_s_where_learned_and_full_attention_flat()
   assert "no REPRODUCED row at stride(s) 12" in c10.reason
   assert {d.rows["w12s12_1kv"][p].verdict for p in effect_size.PADDINGS} == {
       period_effect.UNDECIDED}
+
+
+def test_the_comparison_lines_quote_the_decision_that_judged_each_row():
+  # Judged by effect size, a row's line names its seed-pooled decision and the main table's
+  # gap (rules 1 stored a detected period and a p-value instead, which these claims lack).
+  from chunkformer.evaluation.records.formatting import percent
+  from chunkformer.studies.paper.report import paper_table
+
+  _, judged = _judged()
+  lines = paper_table.comparison_lines(judged.current, judged.tables["paper"])
+  c10, c12 = (next(line for line in lines if line.startswith(f"- **{c}**"))
+              for c in ("C10", "C12"))
+  claims = {c.id: c for c in judged.current}
+  rows = {r.variant: r for r in judged.tables["paper"].rows}
+  for claim, line, variant in (("C10", c10, "w8s8_1kv"), ("C12", c12, "w8s8_1kv_nope")):
+    decision = claims[claim].numbers[variant]["pooled"]["prefix"]
+    words = (f"periodic {decision['period']}" if decision["verdict"] == "periodic"
+             else decision["verdict"])
+    assert (f"{variant}: ours {words} (effect {100 * decision['effect_rms']:.1f} points rms)"
+            in line), line
+    assert f"prefix gap {percent(rows[variant].pooled['prefix'].gap)}" in line
+  assert "detected period" not in c10 and "p = " not in c12

@@ -111,6 +111,24 @@ def _pooled_numbers(claim: Claim, variant: str) -> Mapping[str, Any]:
   return claim.numbers.get(f"{variant} ({POOLED})") or {}
 
 
+def _pooled_decision(claim: Claim, variant: str) -> Mapping[str, Any] | None:
+  """The seed-pooled prefix decision of ``variant`` when the claim was judged by the period
+  decision by effect size (claim rules >= 2: numbers[variant]["pooled"]), else None (rules 1
+  store a detected period and a p-value under "<variant> (seeds pooled)")."""
+  found = claim.numbers.get(variant)
+  pooled = found.get("pooled") if isinstance(found, Mapping) else None
+  return pooled.get("prefix") if isinstance(pooled, Mapping) else None
+
+
+def _decided(decision: Mapping[str, Any]) -> str:
+  """A period decision in words, with its residue effect: "periodic 8 (effect 14.3 points
+  rms)", "flat (...)"."""
+  verdict = decision.get("verdict") or "-"
+  words = f"periodic {decision['period']}" if verdict == "periodic" else verdict
+  effect = decision.get("effect_rms")
+  return words if effect is None else f"{words} (effect {100 * effect:.1f} points rms)"
+
+
 def _c10(claim: Claim, rows: Sequence[Row]) -> str:
   parts = []
   for row in rows:
@@ -118,6 +136,7 @@ def _c10(claim: Claim, rows: Sequence[Row]) -> str:
     if not row.geometry or entry is None or theirs_shape is None:
       continue
     ours = _pooled_numbers(claim, row.variant)
+    decision = _pooled_decision(claim, row.variant)
     shape = row.shape.get("prefix")
     theirs = published.lookup_row(entry, "prefix")
     s = row.stride
@@ -129,13 +148,22 @@ def _c10(claim: Claim, rows: Sequence[Row]) -> str:
             f"{100 * shape.noise:.1f}, {'within' if shape.within_noise else 'beyond'} it), "
             f"lag S / other lags {shape.relative:.2f}, {_weakest(shape)}, "
             f"{len(shape.working)} of {s} phases work, ")
-    parts.append(f"{row.variant}: ours detected period {ours.get('detected_period') or 'none'} "
-                 f"(S = {s}), {mine}prefix gap {percent(ours.get('gap'))} points; paper "
+    if decision is None:
+      found, gap = f"detected period {ours.get('detected_period') or 'none'}", ours.get("gap")
+    else:  # the main table's seed-pooled gap, beside the decision that judged the row
+      found, gap = _decided(decision), _prefix_gap(row)
+    parts.append(f"{row.variant}: ours {found} "
+                 f"(S = {s}), {mine}prefix gap {percent(gap)} points; paper "
                  f"stride repeat {theirs_shape.repeat:.1f} points, lag S / other lags "
                  f"{theirs_shape.relative:.2f}, lowest phase {theirs_shape.lowest} "
                  f"({theirs_shape.margin:.1f} points below the next, no interval), gap "
-                 f"{theirs['gap']:.1f} (ours {_diff(ours.get('gap'), theirs['gap'])})")
+                 f"{theirs['gap']:.1f} (ours {_diff(gap, theirs['gap'])})")
   return "; ".join(parts) or "no row named after a paper run"
+
+
+def _prefix_gap(row: Row) -> float | None:
+  table = row.pooled["prefix"]
+  return None if table is None else table.gap
 
 
 def _weakest(shape: Shape) -> str:
@@ -155,11 +183,15 @@ def _c12(claim: Claim, rows: Sequence[Row]) -> str:
     if row.ablation is None or row.paper is None:
       continue
     ours = _pooled_numbers(claim, row.variant)
+    decision = _pooled_decision(claim, row.variant)
     theirs = published.lookup_row(row.paper, "prefix")
-    parts.append(f"{row.variant}: ours p = "
-                 f"{p_value(ours['p_value']) if 'p_value' in ours else '-'}"
-                 f", prefix gap {percent(ours.get('gap'))} vs the paper's {theirs['gap']:.1f} "
-                 f"({_diff(ours.get('gap'), theirs['gap'])})")
+    if decision is None:
+      found, gap = (f"p = {p_value(ours['p_value']) if 'p_value' in ours else '-'}",
+                    ours.get("gap"))
+    else:
+      found, gap = _decided(decision), _prefix_gap(row)
+    parts.append(f"{row.variant}: ours {found}, prefix gap {percent(gap)} vs the paper's "
+                 f"{theirs['gap']:.1f} ({_diff(gap, theirs['gap'])})")
   return "; ".join(parts) or "no row named after a paper run"
 
 
@@ -177,8 +209,7 @@ _MECHANISM = ("the paper's published data hold no {what} values (only the knocko
 
 def _gap_of(tables: Tables, variant: str) -> float | None:
   row = next((r for r in tables.rows if r.variant == variant), None)
-  table = None if row is None else row.pooled["prefix"]
-  return None if table is None else table.gap
+  return None if row is None else _prefix_gap(row)
 
 
 def _stride_two() -> str:
