@@ -139,11 +139,12 @@ def test_the_comparison_lines_quote_the_decision_that_judged_each_row():
               for c in ("C10", "C12"))
   claims = {c.id: c for c in judged.current}
   rows = {r.variant: r for r in judged.tables["paper"].rows}
-  for claim, line, variant in (("C10", c10, "w8s8_1kv"), ("C12", c12, "w8s8_1kv_nope")):
+  for claim, line, variant, stride in (("C10", c10, "w8s8_1kv", "S = 8, "),
+                                       ("C12", c12, "w8s8_1kv_nope", "")):
     decision = claims[claim].numbers[variant]["pooled"]["prefix"]
     words = (f"periodic {decision['period']}" if decision["verdict"] == "periodic"
              else decision["verdict"])
-    assert (f"{variant}: ours {words} (effect {100 * decision['effect_rms']:.1f} points rms)"
-            in line), line
+    assert (f"{variant}: ours {words} ({stride}effect {100 * decision['effect_rms']:.1f} "
+            "points rms)" in line), line
     assert f"prefix gap {percent(rows[variant].pooled['prefix'].gap)}" in line
   assert "detected period" not in c10 and "p = " not in c12

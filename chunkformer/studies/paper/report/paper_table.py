@@ -120,13 +120,15 @@ def _pooled_decision(claim: Claim, variant: str) -> Mapping[str, Any] | None:
   return pooled.get("prefix") if isinstance(pooled, Mapping) else None
 
 
-def _decided(decision: Mapping[str, Any]) -> str:
-  """A period decision in words, with its residue effect: "periodic 8 (effect 14.3 points
-  rms)", "flat (...)"."""
+def _decided(decision: Mapping[str, Any], stride: int | None = None) -> str:
+  """A period decision in words, with the stride it is judged against and its residue effect:
+  "periodic 8 (S = 8, effect 14.3 points rms)", "flat (effect 0.4 points rms)"."""
   verdict = decision.get("verdict") or "-"
   words = f"periodic {decision['period']}" if verdict == "periodic" else verdict
-  effect = decision.get("effect_rms")
-  return words if effect is None else f"{words} (effect {100 * effect:.1f} points rms)"
+  notes = ([] if stride is None else [f"S = {stride}"]) + (
+      [] if decision.get("effect_rms") is None else
+      [f"effect {100 * decision['effect_rms']:.1f} points rms"])
+  return f"{words} ({', '.join(notes)})" if notes else words
 
 
 def _c10(claim: Claim, rows: Sequence[Row]) -> str:
@@ -149,11 +151,11 @@ def _c10(claim: Claim, rows: Sequence[Row]) -> str:
             f"lag S / other lags {shape.relative:.2f}, {_weakest(shape)}, "
             f"{len(shape.working)} of {s} phases work, ")
     if decision is None:
-      found, gap = f"detected period {ours.get('detected_period') or 'none'}", ours.get("gap")
+      found = f"detected period {ours.get('detected_period') or 'none'} (S = {s})"
+      gap = ours.get("gap")
     else:  # the main table's seed-pooled gap, beside the decision that judged the row
-      found, gap = _decided(decision), _prefix_gap(row)
-    parts.append(f"{row.variant}: ours {found} "
-                 f"(S = {s}), {mine}prefix gap {percent(gap)} points; paper "
+      found, gap = _decided(decision, s), _prefix_gap(row)
+    parts.append(f"{row.variant}: ours {found}, {mine}prefix gap {percent(gap)} points; paper "
                  f"stride repeat {theirs_shape.repeat:.1f} points, lag S / other lags "
                  f"{theirs_shape.relative:.2f}, lowest phase {theirs_shape.lowest} "
                  f"({theirs_shape.margin:.1f} points below the next, no interval), gap "
