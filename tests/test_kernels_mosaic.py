@@ -9,15 +9,16 @@ the grid loop's thread-map callback holding one of XLA's CPU worker threads whil
 warpgroups' computations wait to start (and, on 2 cores, one more worker held by a warpgroup at
 a barrier), as if the interpreter needed more workers than XLA gives it (a reading of the dumps,
 not checked in XLA's code). Pinned to one core, a jitted call dispatched while its input was
-still being computed hung (1 of 1) and the same call with its input ready finished (1 of 1); but
-readying every input before the call did not stop the hangs (1 of 3 xdist runs of this file
-hung). Counts without it: under xdist on 2 cores 4 of 9 runs, then 1 of 2 beside a training run;
-with synchronous CPU dispatch 2 of 2; with XLA_FLAGS=--xla_cpu_use_thunk_runtime=false 1 of 1;
-pinned to one core 1 of 1; single-process runs of one case 0 of 17. Running each case in a child
-pytest killed after 150 s and run again up to 3 times does not make it reliable either: under
-xdist beside a training run, the T160 case hung 3 times of 3 (alone it passed in 27 s). The
-lowering test (tests/test_kernels_lowering.py) and the tests below that do not execute the
-kernel run everywhere."""
+still being computed hung (1 of 1: no thread running, every one waiting on a futex, none at a
+barrier) and the same call with its input ready finished (1 of 1); but readying every input
+before the call did not stop the hangs (1 of 3 xdist runs of this file hung). Counts without it:
+under xdist on 2 cores 4 of 9 runs, then 1 of 2 beside a training run; with synchronous CPU
+dispatch 2 of 2; with XLA_FLAGS=--xla_cpu_use_thunk_runtime=false 1 of 1; pinned to one core 1
+of 1; single-process runs of one case 0 of 17. Running each case in a child pytest killed after
+150 s and run again up to 3 times does not make it reliable either: under xdist beside a
+training run, the T160 case hung 3 times of 3 (alone it passed in 27 s). The lowering test
+(tests/test_kernels_lowering.py) and the tests below that do not execute the kernel run
+everywhere."""
 
 from __future__ import annotations
 
