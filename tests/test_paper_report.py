@@ -174,6 +174,19 @@ def test_the_committed_paper_table_opens_from_a_notebooks_directory(tmp_path):
   assert opened.tables.rows and opened.claims
   table = committed.verdict_table(opened)
   assert "| C10 |" in table and "| C21 |" in table and "| C1 |" not in table
+  # the deciding rules' verdicts, and the current rules' beside exactly where they differ
+  assert f"decided by claim rules version {opened.rules}" in table
+  now = {c.id: c for c in opened.current}
+  moved = 0
+  for c in (c for c in opened.claims if c.id in committed.PAPER_CLAIMS):
+    row = next(line for line in table.splitlines() if line.startswith(f"| {c.id} |"))
+    assert row.startswith(f"| {c.id} | {c.verdict} | {c.seeds_agreeing} |"), row
+    other = now.get(c.id)
+    differs = other is not None and (other.verdict, other.seeds_agreeing) != (
+        c.verdict, c.seeds_agreeing)
+    assert (other is not None and f"| {other.verdict} ({other.seeds_agreeing}) |" in row) == differs
+    moved += differs
+  assert moved or not opened.current  # the committed sweeps' rules changed after them
   with pytest.raises(FileNotFoundError, match="no results/ directory"):
     committed.results_root(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="none of paper_plan5, paper_protocol"):

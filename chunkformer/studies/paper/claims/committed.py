@@ -3,8 +3,9 @@ its records and claims as results.json stores them, its stored answers, and the 
 tables (``claims.main_table``) recomputed from those. The notebook ``the_papers_table``
 draws the main table, the figures and the comparison with the paper from it.
 
-The claims are read as stored: under the current claim rules where the sweep stores them
-(``current_claims``, a sweep decided by older rules), else the deciding ones.
+The claims are read as stored: the ones the sweep's own claim rules decided, and, for a sweep
+decided by older rules, the same claims under the current rules (``current_claims``), which
+the verdict table shows beside wherever they differ.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ PAPER_CLAIMS = tuple(f"C{i}" for i in range(10, 22)) + ("E4", "E5", "E6")
 class Opened:
   directory: str
   results: results_file.SweepResults
-  claims: tuple[Claim, ...]  # under the current rules where stored, else the deciding ones
-  rules: str  # the version the claims were judged under
+  claims: tuple[Claim, ...]  # as the sweep's own rules decided them
+  rules: str  # that rules version
+  current: tuple[Claim, ...]  # under the current rules, where those are newer (else empty)
+  current_rules: str | None
   tables: main_table.Tables
 
 
@@ -63,18 +66,33 @@ def open_sweep(directory: str) -> Opened:
   rules = claim_rules.of_settings(results.settings)
   evidence = registry.Evidence(results.variants, {}, correctness.loader(directory),
                                rules=rules)
-  if results.current_claims:
-    claims, version = results.current_claims, results.current_rules
-  else:
-    claims, version = results.claims, rules.version
-  return Opened(directory, results, tuple(claims), version, main_table.tables(evidence))
+  return Opened(directory, results, tuple(results.claims), rules.version,
+                tuple(results.current_claims or ()),
+                results.current_rules if results.current_claims else None,
+                main_table.tables(evidence))
 
 
 def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
-  """The claims ``ids`` as a markdown table: verdict, seeds agreeing, statement."""
-  lines = [f"Claims of `{os.path.basename(opened.directory)}` under claim rules version "
-           f"{opened.rules}:", "", "| claim | verdict | seeds agreeing | statement |",
-           "|:--|:--|--:|:--|"]
-  lines += [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |"
-            for c in opened.claims if c.id in ids]
+  """The claims ``ids`` as a markdown table: verdict under the sweep's own rules, seeds
+  agreeing, statement; for a sweep decided by older rules, a column of the current rules'
+  verdict where it differs (blank where it is the same)."""
+  now = {c.id: c for c in opened.current}
+  moved = {c.id: now[c.id] for c in opened.claims if c.id in now and (
+      now[c.id].verdict, now[c.id].seeds_agreeing) != (c.verdict, c.seeds_agreeing)}
+  title = (f"Claims of `{os.path.basename(opened.directory)}`, decided by claim rules version "
+           f"{opened.rules}")
+  if not moved:
+    lines = [f"{title}:", "", "| claim | verdict | seeds agreeing | statement |",
+             "|:--|:--|--:|:--|"]
+    return "\n".join(lines + [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |"
+                              for c in opened.claims if c.id in ids])
+  lines = [f"{title}; where the current rules (version {opened.current_rules}, changed after "
+           "these results were seen) decide otherwise, their verdict beside:", "",
+           f"| claim | verdict | seeds agreeing | version {opened.current_rules} | statement |",
+           "|:--|:--|--:|:--|:--|"]
+  for c in opened.claims:
+    if c.id in ids:
+      other = moved.get(c.id)
+      beside = "" if other is None else f"{other.verdict} ({other.seeds_agreeing})"
+      lines.append(f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {beside} | {c.statement} |")
   return "\n".join(lines)
