@@ -79,20 +79,20 @@ def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
   now = {c.id: c for c in opened.current}
   moved = {c.id: now[c.id] for c in opened.claims if c.id in now and (
       now[c.id].verdict, now[c.id].seeds_agreeing) != (c.verdict, c.seeds_agreeing)}
-  title = (f"Claims of `{os.path.basename(opened.directory)}`, decided by claim rules version "
-           f"{opened.rules}")
-  if not moved:
-    lines = [f"{title}:", "", "| claim | verdict | seeds agreeing | statement |",
-             "|:--|:--|--:|:--|"]
-    return "\n".join(lines + [f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {c.statement} |"
-                              for c in opened.claims if c.id in ids])
-  lines = [f"{title}; where the current rules (version {opened.current_rules}, changed after "
-           "these results were seen) decide otherwise, their verdict beside:", "",
-           f"| claim | verdict | seeds agreeing | version {opened.current_rules} | statement |",
-           "|:--|:--|--:|:--|:--|"]
+  head = (f"Claims of `{os.path.basename(opened.directory)}`, decided by claim rules version "
+          f"{opened.rules}")
+  columns, align = ["claim", "verdict", "seeds agreeing", "statement"], [":--", ":--", "--:", ":--"]
+  if moved:
+    head += (f"; where the current rules (version {opened.current_rules}, changed after these "
+             "results were seen) decide otherwise, their verdict beside")
+    columns.insert(3, f"version {opened.current_rules}")
+    align.insert(3, ":--")
+  lines = [f"{head}:", "", f"| {' | '.join(columns)} |", f"|{'|'.join(align)}|"]
   for c in opened.claims:
     if c.id in ids:
-      other = moved.get(c.id)
-      beside = "" if other is None else f"{other.verdict} ({other.seeds_agreeing})"
-      lines.append(f"| {c.id} | {c.verdict} | {c.seeds_agreeing} | {beside} | {c.statement} |")
+      cells = [c.id, c.verdict, str(c.seeds_agreeing), c.statement]
+      if moved:
+        other = moved.get(c.id)
+        cells.insert(3, "" if other is None else f"{other.verdict} ({other.seeds_agreeing})")
+      lines.append(f"| {' | '.join(cells)} |")
   return "\n".join(lines)
