@@ -72,3 +72,12 @@ def test_the_ranges_the_text_quotes():
   assert (f"the S = 12 row learns on this recipe ({span('w12s12_1kv_')} in every trained "
           "seed") in text
   assert f"controls reach {span('full_')} at 1, 4 and 8 KV heads" in text
+
+
+def test_the_quoted_retrain_is_the_committed_units_loss():
+  # the retrain on a fresh machine matched w8s8_1kv_seed0's committed held-out loss exactly
+  text = " ".join(_latest_state().split())
+  with open(os.path.join(SWEEP, "w8s8_1kv_seed0", "final_metrics.json")) as f:
+    heldout = json.load(f)["heldout"]
+  assert (f"reached the committed held-out loss to the last digit ({heldout['loss']!r}; "
+          f"accuracy {heldout['accuracy']:.3f})") in text
