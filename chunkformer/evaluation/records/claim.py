@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chunkformer.evaluation.stats.seed_rule import VERDICTS
@@ -35,3 +35,12 @@ class Claim:
   def from_json(cls, data: Mapping[str, Any]) -> Claim:
     return cls(str(data["id"]), str(data["statement"]), str(data["verdict"]),
                str(data["reason"]), dict(data["numbers"]), str(data["seeds_agreeing"]))
+
+
+def changed(claims: Sequence[Claim], other: Sequence[Claim]) -> dict[str, Claim | None]:
+  """The claims of ``claims`` whose verdict or seed count differs in ``other`` (the same claims
+  judged under other rules), by id, in ``claims``' order: the other verdict, or None where
+  ``other`` lacks the claim."""
+  by_id = {c.id: c for c in other}
+  return {c.id: by_id.get(c.id) for c in claims if c.id not in by_id or (
+      by_id[c.id].verdict, by_id[c.id].seeds_agreeing) != (c.verdict, c.seeds_agreeing)}

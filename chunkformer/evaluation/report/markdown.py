@@ -21,7 +21,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.claim import Claim, changed
 from chunkformer.evaluation.records.formatting import MISSING, number, p_value
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats.analysis_types import Interval
@@ -173,15 +173,14 @@ def rules_section(change: RulesChange, claims: Sequence[Claim]) -> list[str]:
            f"The verdicts above are decided by the rules these results were judged under "
            f"(version {change.deciding}, {change.deciding_written}). The rules changed after "
            f"these results were seen."]
-  moved = [c for c in claims if c.id not in now or (now[c.id].verdict, now[c.id].seeds_agreeing)
-           != (c.verdict, c.seeds_agreeing)]
+  moved = changed(claims, change.current_claims)
   if moved:
     lines[-1] += (" Under the current rules (the claims whose verdict or seed count differs; "
                   "every other claim has the same under both):")
     lines += ["", f"| claim | version {change.deciding} | version {change.current} | "
               "seeds agreeing |", "|:--|:--|:--|--:|"]
-    for c in moved:
-      other = now.get(c.id)
+    for c in (c for c in claims if c.id in moved):
+      other = moved[c.id]
       lines.append(f"| {c.id} | {c.verdict} | {other.verdict if other else '-'} | "
                    f"{other.seeds_agreeing if other else '-'} |")
   else:

@@ -18,7 +18,7 @@ from chunkformer import workdir
 from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness, results_file
-from chunkformer.evaluation.records.claim import Claim
+from chunkformer.evaluation.records.claim import Claim, changed
 from chunkformer.studies.paper.claims import main_table
 
 # The paper's table, newest plan first: plan version 5, then version 4.
@@ -76,9 +76,7 @@ def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
   """The claims ``ids`` as a markdown table: verdict under the sweep's own rules, seeds
   agreeing, statement; for a sweep decided by older rules, a column of the current rules'
   verdict where it differs (blank where it is the same)."""
-  now = {c.id: c for c in opened.current}
-  moved = {c.id: now[c.id] for c in opened.claims if c.id in now and (
-      now[c.id].verdict, now[c.id].seeds_agreeing) != (c.verdict, c.seeds_agreeing)}
+  moved = changed(opened.claims, opened.current) if opened.current else {}
   head = (f"Claims of `{os.path.basename(opened.directory)}`, decided by claim rules version "
           f"{opened.rules}")
   columns, align = ["claim", "verdict", "seeds agreeing", "statement"], [":--", ":--", "--:", ":--"]
@@ -93,6 +91,7 @@ def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
       cells = [c.id, c.verdict, str(c.seeds_agreeing), c.statement]
       if moved:
         other = moved.get(c.id)
-        cells.insert(3, "" if other is None else f"{other.verdict} ({other.seeds_agreeing})")
+        cells.insert(3, "" if c.id not in moved else "-" if other is None else
+                     f"{other.verdict} ({other.seeds_agreeing})")
       lines.append(f"| {' | '.join(cells)} |")
   return "\n".join(lines)
