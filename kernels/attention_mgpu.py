@@ -30,6 +30,7 @@ precision); the head dim is padded to a multiple of 64 (128-byte swizzle).
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +80,30 @@ def key_block(cfg: Cfg) -> int:
 
 def padded_head_dim(d: int) -> int:
   return round_up(d, 64)
+
+
+def xla_cpu_threads() -> int:
+  """The threads of XLA's CPU pools in this process: ``PJRT_NPROC`` (or ``NPROC``) where set
+  before JAX started, else the CPUs this process may run on (XLA's own rule)."""
+  for name in ("PJRT_NPROC", "NPROC"):
+    value = os.environ.get(name, "")
+    if value.isdigit():
+      return int(value)
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def check_interpreter_threads(threads: int) -> None:
+  """The interpreter runs each of a program's ``threads`` warpgroups as an XLA CPU computation
+  started from its own Python thread, and the grid loop's thread-map callback holds one of
+  XLA's CPU worker threads while they run. A warpgroup waiting at a barrier holds a worker too,
+  so with fewer workers than warpgroups + 1 the call can deadlock: it did on 2 cores
+  (docs/kernels.md), deterministically on one. A clear error instead of a hang."""
+  have, need = xla_cpu_threads(), threads + 1
+  if have < need:
+    raise ValueError(
+        f"the Mosaic GPU interpreter runs {threads} warpgroups and needs at least {need} XLA "
+        f"CPU threads, but this process has {have}: set PJRT_NPROC={max(8, need)} before JAX "
+        f"starts (the tests' conftest.py does)")
 
 
 def interpret_params(interpret):
@@ -288,6 +313,8 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
   wgs = rows // ROWS
   dtype = q.dtype
   interpret = interpret_params(cfg.mosaic_interpret)
+  if interpret is not None:
+    check_interpreter_threads(wgs + 1)
   bounds = tile_bounds(kvlo, elo, ehi, cfg.window, bk)
   row_ranges = jnp.stack([kvlo, elo, ehi], axis=1)  # B x 3 x Tp, TMA'd per tile
   ebias = jnp.where(eseg == layout.PAD_SEGMENT, -jnp.inf, 0.0).astype(F32)

@@ -11,6 +11,11 @@ generation, not XLA's HLO passes: the SPMD partitioner, buffer assignment and th
 the collective and memory checks read are the ones an optimised compile makes (checked: a
 context-parallel training step's compiled HLO text and memory analysis are identical with it
 on and off). Set it to 0 to run the suite on optimised programs.
+
+XLA's CPU thread pools get at least 8 threads (``PJRT_NPROC``; XLA sizes them to the cores
+otherwise): the Mosaic GPU interpreter holds one worker per warpgroup at a barrier plus one for
+its grid loop, and on 2 cores it deadlocked (``kernels.attention_mgpu.check_interpreter_threads``;
+``tests/test_kernels_mosaic.py`` gives the counts).
 """
 
 import os
@@ -21,7 +26,8 @@ os.environ.setdefault(
     os.path.join(tempfile.gettempdir(), f"chunkformer-test-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-# (JAX reads all three when it starts: no test module may import it before this file runs.)
+os.environ.setdefault("PJRT_NPROC", str(max(8, os.cpu_count() or 1)))
+# (JAX reads all four when it starts: no test module may import it before this file runs.)
 
 import pytest  # noqa: E402
 

@@ -2,27 +2,19 @@
 the dense reference, in the Mosaic GPU interpreter (TMA, barriers, warpgroup MMA on CPU), with
 the Triton backward reading its lse; its tile bounds; and its refusals.
 
-The tests that run the interpreter are opt-in (``CHUNKFORMER_MOSAIC_INTERPRETER=1``): the pinned
-JAX's interpreter runs each warpgroup as an XLA CPU computation started from its own Python
-thread, and it hangs now and then, which a CI run cannot afford. Stack dumps of hung runs show
-the grid loop's thread-map callback holding one of XLA's CPU worker threads while the
-warpgroups' computations wait to start (and, on 2 cores, one more worker held by a warpgroup at
-a barrier), as if the interpreter needed more workers than XLA gives it (a reading of the dumps,
-not checked in XLA's code). Pinned to one core, a jitted call dispatched while its input was
-still being computed hung (1 of 1: no thread running, every one waiting on a futex, none at a
-barrier) and the same call with its input ready finished (1 of 1); but readying every input
-before the call did not stop the hangs (1 of 3 xdist runs of this file hung). Counts without it:
-under xdist on 2 cores 4 of 9 runs, then 1 of 2 beside a training run; with synchronous CPU
-dispatch 2 of 2; with XLA_FLAGS=--xla_cpu_use_thunk_runtime=false 1 of 1; pinned to one core 1
-of 1; single-process runs of one case 0 of 17. Running each case in a child pytest killed after
-150 s and run again up to 3 times does not make it reliable either: under xdist beside a
-training run, the T160 case hung 3 times of 3 (alone it passed in 27 s). The lowering test
-(tests/test_kernels_lowering.py) and the tests below that do not execute the kernel run
-everywhere."""
+The interpreter runs each warpgroup as an XLA CPU computation started from its own Python
+thread, and its grid loop's thread-map callback holds one of XLA's CPU worker threads while they
+run; a warpgroup at a barrier holds one too. XLA sizes its CPU pools to the cores, so on 2 cores
+the interpreter deadlocked now and then (every thread waiting on a futex, none running): under
+xdist 4 of 9 runs of this file, 1 of 2 beside a training run, and pinned to one core with the
+call's input still being computed 1 of 1. More XLA threads (``PJRT_NPROC=8``, which conftest.py
+sets) stop it: that pinned call finished (47.5 s; without it, it hung again), and xdist runs of
+this file beside a training run passed 8 of 8 (6 on 2 cores, 92-101 s; 2 pinned to one core,
+147-148 s). ``attention_mgpu.check_interpreter_threads`` refuses to start the interpreter with
+fewer threads than warpgroups + 1."""
 
 from __future__ import annotations
 
-import os
 import types
 
 import jax.numpy as jnp
@@ -34,10 +26,6 @@ from kernels import attention_mgpu, layout
 from tests import kernel_cases as kc
 
 TOL = dict(atol=2e-2, rtol=2e-2)
-interpreter = pytest.mark.skipif(
-    os.environ.get("CHUNKFORMER_MOSAIC_INTERPRETER") != "1",
-    reason="runs the Mosaic GPU interpreter, which can hang on 2 cores (module docstring); "
-           "CHUNKFORMER_MOSAIC_INTERPRETER=1 runs it")
 MOSAIC = kernels.AttentionBlockSizes(forward="mosaic")
 
 
@@ -62,7 +50,6 @@ def _case_id(c):
   return f"T{c['t']}H{c['h']}K{c['kh']}D{c['d']}W{c['window']}M{c['m']}"
 
 
-@interpreter
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_mosaic_forward_matches_reference_with_gradients(case):
   case = dict(case)
@@ -81,7 +68,6 @@ def test_mosaic_forward_matches_reference_with_gradients(case):
                                  err_msg=name)
 
 
-@interpreter
 def test_mosaic_forward_lse_is_the_triton_forwards():
   # The backward reads the forward's lse: the Mosaic one must hand it over in the Triton
   # forward's units (natural log) and layout (B x H x Tp), rows that see nothing at 0.
@@ -109,7 +95,6 @@ def test_mosaic_forward_lse_is_the_triton_forwards():
   assert float(jnp.abs(captured[True][0, :, 0]).max()) == 0.0  # query 0 sees no entry
 
 
-@interpreter
 def test_mosaic_forward_has_no_races():
   from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call
   from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
@@ -168,3 +153,19 @@ def test_mosaic_forward_refuses_what_it_cannot_run():
   with pytest.raises(ValueError, match="Hopper or later GPU.*A100-SXM4-80GB has 8.0"):
     attention_mgpu.check_device(ampere)
   attention_mgpu.check_device(types.SimpleNamespace(compute_capability="9.0", device_kind="H"))
+
+
+def test_mosaic_interpreter_refuses_too_few_xla_threads(monkeypatch):
+  # 128-row programs run two consumer warpgroups and the producer, which need 4 XLA CPU
+  # threads: with 3 the call could deadlock, so it is refused before anything compiles, naming
+  # the variable that fixes it.
+  args, kw = kc.attention_case(0, b=1, t=128, h=2, kh=1, d=64, dtype=jnp.bfloat16)
+  two_consumers = kernels.AttentionBlockSizes(block_q=128, forward="mosaic")
+  monkeypatch.setenv("PJRT_NPROC", "3")
+  with pytest.raises(ValueError, match="runs 3 warpgroups and needs at least 4 XLA CPU threads, "
+                                       "but this process has 3: set PJRT_NPROC=8"):
+    kernels.chunk_attention(*args, **kw, implementation="pallas_gpu", interpret=True,
+                            block_sizes=two_consumers)
+  monkeypatch.setenv("PJRT_NPROC", "4")
+  assert attention_mgpu.xla_cpu_threads() == 4
+  attention_mgpu.check_interpreter_threads(3)
