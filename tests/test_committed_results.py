@@ -1,5 +1,5 @@
 """The committed sweep outputs (results/demo, study, code_lm, eviction, strides, paper_protocol,
-sparse_prefill) still load and recompute.
+paper_plan5, sparse_prefill) still load and recompute.
 
 Verdicts, claims and the comparison table are pure functions of the stored per-variant records,
 so any change to stats, verdicts or report that alters them shows up here, without retraining.
@@ -33,12 +33,14 @@ from chunkformer.studies.needles.claims import entries, judgments
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 SWEEPS = ["demo", "study", "code_lm", "eviction", "strides", "paper_protocol",
-          "sparse_prefill"]
-CONFIG_ARGS = {"paper_protocol": "cpu_study"}  # get_config's argument where it needs one
+          "paper_plan5", "sparse_prefill"]
+CONFIG_ARGS = {"paper_protocol": "cpu_study", "paper_plan5": "plan5"}  # get_config's argument
+CONFIG_MODULES = {"paper_plan5": "paper_protocol"}  # where a sweep's config is not its name
 
 
 def _sweep_config(sweep: str):
-  return importlib.import_module(f"configs.sweeps.{sweep}").get_config(
+  module = CONFIG_MODULES.get(sweep, sweep)
+  return importlib.import_module(f"configs.sweeps.{module}").get_config(
       *([CONFIG_ARGS[sweep]] if sweep in CONFIG_ARGS else []))
 
 

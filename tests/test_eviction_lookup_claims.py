@@ -41,7 +41,7 @@ def dip(low_residues, seed: int, high: float = 0.9, low: float = 0.3) -> np.ndar
   return by_residue(np.where(np.isin(RESIDUES, low_residues), low, high), seed)
 
 
-def unit(seed: int, matrices: dict[str, np.ndarray]
+def unit(seed: int, matrices: dict[str, np.ndarray], variant: str = "full_1kv"
          ) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
   """A full-attention unit whose eviction_lookup probe gave ``matrices`` (name of a SPECS
   policy -> its prefix-padding matrix)."""
@@ -53,8 +53,8 @@ def unit(seed: int, matrices: dict[str, np.ndarray]
                             "result": {}}
     stored[f"eviction_lookup_{key}"] = correctness.Matrix(matrix, RESIDUES,
                                                           positions_YxJ=POSITIONS)
-  name = f"full_1kv_seed{seed}"
-  record = VariantRecord(VariantSetup("full_1kv", "full", "full", seed=seed, name=name,
+  name = f"{variant}_seed{seed}"
+  record = VariantRecord(VariantSetup(variant, "full", "full", seed=seed, name=name,
                                       task="lookup"),
                          BASE, "lookup", 10, compression_ratio=1.0,
                          probes={"eviction_lookup": probe})
@@ -145,6 +145,11 @@ def test_no_eviction_lookup_records_leave_e4_to_e6_inconclusive():
   for claim in (claims.e4_claim, claims.e5_claim, claims.e6_claim):
     found = claim(bare)
     assert found.verdict == INCONCLUSIVE and "eviction_lookup" in found.reason
+  # A plan's size rows are described by the size trend, never judged by E4-E6
+  # (results/paper_plan5/PLAN.md, section 4), though their units record the probe.
+  sizes = evidence([unit(s, {"grid4": dip([1, 5], s)}, "size_large_full_1kv") for s in range(3)])
+  assert claims.collect(sizes.records, sizes.matrices) == []
+  assert claims.e4_claim(sizes).verdict == INCONCLUSIVE
 
 
 def test_phase_rows_pool_seeds_by_residue_mod_l():

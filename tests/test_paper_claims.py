@@ -231,6 +231,14 @@ def test_cycling_with_r2_one_and_a_weak_boundary_holds_and_a_moving_boundary_fai
   moving = mechanism_claims.c16(_seeds("w8s8", probes=_cycling(base, boundary_moves=True)))
   assert moving.verdict == "NOT REPRODUCED"
   assert moving.numbers["w8s8_seed1"]["boundary_weakest"] is False
+  # A plan's cure and size rows are judged by C17-C21 and the size trend, not by C16, even
+  # with a gate_cycling record (results/paper_plan5/PLAN.md, section 4).
+  others = [*_seeds("cure_random_phase", probes=_cycling(base, boundary_moves=True)),
+            *_seeds("size_large_w8s8", probes=_cycling(base, boundary_moves=True))]
+  mixed = mechanism_claims.c16([*_seeds("w8s8", probes=_cycling(base)), *others])
+  assert mixed.verdict == "REPRODUCED" and mixed.seeds_agreeing == "2/2"
+  assert not any(name.startswith(("cure_", "size_")) for name in mixed.numbers)
+  assert mechanism_claims.c16(others).verdict == "INCONCLUSIVE"
 
 
 def test_every_paper_claim_without_rows_is_inconclusive_no_data():

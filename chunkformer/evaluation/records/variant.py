@@ -58,6 +58,11 @@ LOOKUP_PRIMARY_MATRIX = "lookup_prefix"
 IDENTITY_FIELDS = ("variant", "seed", "key_len", "value_len", "task")
 
 
+# Rows a plan names apart from the paper's table (plan version 5): the study's cures on the
+# paper's compressor and the size trend, judged by their own claims (C17-C21) and described,
+# never counted by the claims on the table's rows (C10-C16, and E4-E6 on its full rows).
+SIDE_ROW_PREFIXES = ("cure_", "size_")
+
 # Setup fields newer than some committed results.json files: absent there, they take the
 # dataclass default (what those runs had), and at their default they are not written.
 _ADDED_LATER = ("key_shift_frozen_steps", "query_shift", "compress_window", "window_align",
@@ -115,6 +120,11 @@ class VariantSetup:
     """Windows longer than the step: CSA's overlap, or a compressor window W > S."""
     return self.overlap or (bool(self.compress_window) and bool(self.chunk_size)
                             and self.compress_window > self.chunk_size)
+
+  @property
+  def is_side_row(self) -> bool:
+    """A cure or size row of a plan (``SIDE_ROW_PREFIXES``), not a row of the paper's table."""
+    return self.variant.startswith(SIDE_ROW_PREFIXES)
 
   @property
   def is_plain_fixed(self) -> bool:

@@ -87,12 +87,13 @@ class Group:
 def collect(records: Sequence[VariantRecord], load: correctness.Loader | None) -> list[Group]:
   """Every (variant, policy, padding) group of the records' eviction_lookup results, in the
   records' order then the probe's; runs in seed order. Units that recorded nothing (the probe's
-  ``full_only``) are skipped."""
+  ``full_only``) are skipped, and so are a plan's size rows (``VariantSetup.is_side_row``:
+  described by the size trend, not judged by E4-E6)."""
   runs: dict[tuple[str, str, str], list[Run]] = {}
   meta: dict[tuple[str, str, str], tuple[eviction.Policy, int]] = {}
   for record in records:
     found = (record.probes or {}).get(PROBE)
-    if not found:
+    if not found or record.setup.is_side_row:
       continue
     stored = (load(record.name) if load is not None else None) or {}
     for label, entry in found.items():

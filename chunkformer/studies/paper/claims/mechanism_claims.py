@@ -290,7 +290,9 @@ def _cycling(unit: VariantRecord) -> dict[int, list[float]] | None:
 def c16(records: Sequence[VariantRecord], *, flags: Mapping[str, str] | None = None,
         **_: Any) -> Claim:
   flags = flags or {}
-  found = pr.rows(records, lambda r: _cycling(r) is not None)
+  # rows of the paper's table only: a plan's cure and size rows are judged by C17-C21 and the
+  # size trend (paper_rows.is_table_row), even where they carry a gate_cycling record
+  found = pr.rows(records, lambda r: pr.is_table_row(r.setup) and _cycling(r) is not None)
   if not found:
     return pr.no_data("C16", STATEMENTS["C16"], "no row with a gate_cycling record (W = S, "
                       "per-offset gates)")

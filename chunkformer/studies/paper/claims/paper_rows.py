@@ -48,16 +48,9 @@ MIN_SEEDS = 2  # the seed rule of C10-C16: two seeds agreeing, never one
 STRIDES = (4, 6, 8, 12)
 POOLED = "seeds pooled"
 NO_DATA = "no data: "
-# Rows a plan names apart from the paper's table (plan version 5): the study's cures on the
-# paper's compressor and the size trend. They are judged by C17-C21 and described, never
-# counted as geometry, ablation or full-attention rows of C10-C16.
-CURE_PREFIX = "cure_"
-SIZE_PREFIX = "size_"
-
-
 def is_table_row(setup: VariantSetup) -> bool:
-  """A row of the paper's table (not a cure or size row, by name)."""
-  return not setup.variant.startswith((CURE_PREFIX, SIZE_PREFIX))
+  """A row of the paper's table, not a plan's cure or size row (``VariantSetup.is_side_row``)."""
+  return not setup.is_side_row
 
 
 def window(setup: VariantSetup) -> int:
