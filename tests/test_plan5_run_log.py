@@ -83,3 +83,35 @@ def test_the_quoted_retrain_is_the_committed_units_loss():
     heldout = json.load(f)["heldout"]
   assert (f"reached the committed held-out loss to the last digit ({heldout['loss']!r}; "
           f"accuracy {heldout['accuracy']:.3f})") in text
+
+
+def test_the_quoted_verdicts_are_the_committed_claims():
+  # the latest state's verdict table: each claim's verdict and seeds agreeing under the plan's
+  # rules (results.json "claims") and under the current rules ("current_rules")
+  with open(os.path.join(SWEEP, "results.json")) as f:
+    results = json.load(f)
+  decided = {c["id"]: (c["verdict"], c["seeds_agreeing"]) for c in results["claims"]}
+  current = {c["id"]: (c["verdict"], c["seeds_agreeing"])
+             for c in results["current_rules"]["claims"]}
+  quoted = re.findall(r"^\| ([CE]\d+) \| ([A-Z ]+) \| (\d+/\d+) \| (.+) \|$", _latest_state(),
+                      flags=re.MULTILINE)
+  assert [q[0] for q in quoted] == [c for c in decided
+                                    if c in {f"C{i}" for i in range(10, 22)} | {"E4", "E5", "E6"}]
+  for claim, verdict, seeds, under_current in quoted:
+    assert (verdict, seeds) == decided[claim], claim
+    assert under_current == ("same" if current[claim] == decided[claim]
+                             else f"{current[claim][0]} ({current[claim][1]})"), claim
+
+
+def test_workspace_quotes_the_committed_verdicts():
+  with open(os.path.join(SWEEP, "results.json")) as f:
+    decided = {c["id"]: c["verdict"] for c in json.load(f)["claims"]}
+  with open(os.path.join(ROOT, "WORKSPACE.md"), encoding="utf-8") as f:
+    row = next(line for line in f if "plan version 5 (`results/paper_plan5/PLAN.md`)" in line)
+  quoted = {}
+  for verdict, claims in re.findall(r"(NOT REPRODUCED|REPRODUCED|INCONCLUSIVE) ((?:[CE]\d+"
+                                    r"(?: \([^)]*\))?(?:, )?)+)", row.split("version 3):")[1]):
+    for claim in re.findall(r"[CE]\d+", re.sub(r"\([^)]*\)", "", claims)):
+      quoted[claim] = verdict
+  assert quoted == {c: v for c, v in decided.items()
+                    if c in {f"C{i}" for i in range(10, 22)} | {"E4", "E5", "E6"}}
