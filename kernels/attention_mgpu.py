@@ -311,10 +311,11 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
   b, tp, h, dp = q.shape
   rows, bk, slots = program_rows(cfg), key_block(cfg), cfg.num_stages
   wgs = rows // ROWS
+  threads = wgs + 1  # the consumer warpgroups and the producer
   dtype = q.dtype
   interpret = interpret_params(cfg.mosaic_interpret)
   if interpret is not None:
-    check_interpreter_threads(wgs + 1)
+    check_interpreter_threads(threads)
   bounds = tile_bounds(kvlo, elo, ehi, cfg.window, bk)
   row_ranges = jnp.stack([kvlo, elo, ehi], axis=1)  # B x 3 x Tp, TMA'd per tile
   ebias = jnp.where(eseg == layout.PAD_SEGMENT, -jnp.inf, 0.0).astype(F32)
@@ -341,7 +342,7 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
       chunk_attention_fwd_mosaic,
       out_type=(jax.ShapeDtypeStruct(q.shape, dtype), jax.ShapeDtypeStruct((b, h, tp), F32)),
       grid=(h, tp // rows, b), grid_names=("heads", "q", "batch"),
-      num_threads=wgs + 1, thread_name="wg",
+      num_threads=threads, thread_name="wg",
       compiler_params=plgpu.CompilerParams(approx_math=True),
       interpret=interpret,
   )(q, kT, v, ekT, ev, ebias, row_ranges, bounds, sink)

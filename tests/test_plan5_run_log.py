@@ -85,18 +85,28 @@ def test_the_quoted_retrain_is_the_committed_units_loss():
           f"accuracy {heldout['accuracy']:.3f})") in text
 
 
+# The claims plan 5 decides (PLAN.md section 4): the paper's C10-C16, the cures' C17-C21 and
+# the eviction claims restated for the lookup.
+PLAN_CLAIMS = {f"C{i}" for i in range(10, 22)} | {"E4", "E5", "E6"}
+
+
+def _verdicts(rules: str = "claims") -> dict[str, tuple[str, str]]:
+  """claim -> (verdict, seeds agreeing) in results.json, under the plan's rules ("claims") or
+  the current ones ("current_rules"), for the claims plan 5 decides."""
+  with open(os.path.join(SWEEP, "results.json")) as f:
+    results = json.load(f)
+  claims = results["claims"] if rules == "claims" else results[rules]["claims"]
+  return {c["id"]: (c["verdict"], c["seeds_agreeing"]) for c in claims
+          if c["id"] in PLAN_CLAIMS}
+
+
 def test_the_quoted_verdicts_are_the_committed_claims():
   # the latest state's verdict table: each claim's verdict and seeds agreeing under the plan's
   # rules (results.json "claims") and under the current rules ("current_rules")
-  with open(os.path.join(SWEEP, "results.json")) as f:
-    results = json.load(f)
-  decided = {c["id"]: (c["verdict"], c["seeds_agreeing"]) for c in results["claims"]}
-  current = {c["id"]: (c["verdict"], c["seeds_agreeing"])
-             for c in results["current_rules"]["claims"]}
+  decided, current = _verdicts(), _verdicts("current_rules")
   quoted = re.findall(r"^\| ([CE]\d+) \| ([A-Z ]+) \| (\d+/\d+) \| (.+) \|$", _latest_state(),
                       flags=re.MULTILINE)
-  assert [q[0] for q in quoted] == [c for c in decided
-                                    if c in {f"C{i}" for i in range(10, 22)} | {"E4", "E5", "E6"}]
+  assert [q[0] for q in quoted] == list(decided)
   for claim, verdict, seeds, under_current in quoted:
     assert (verdict, seeds) == decided[claim], claim
     assert under_current == ("same" if current[claim] == decided[claim]
@@ -104,8 +114,6 @@ def test_the_quoted_verdicts_are_the_committed_claims():
 
 
 def test_workspace_quotes_the_committed_verdicts():
-  with open(os.path.join(SWEEP, "results.json")) as f:
-    decided = {c["id"]: c["verdict"] for c in json.load(f)["claims"]}
   with open(os.path.join(ROOT, "WORKSPACE.md"), encoding="utf-8") as f:
     row = next(line for line in f if "plan version 5 (`results/paper_plan5/PLAN.md`)" in line)
   quoted = {}
@@ -113,5 +121,4 @@ def test_workspace_quotes_the_committed_verdicts():
                                     r"(?: \([^)]*\))?(?:, )?)+)", row.split("version 3):")[1]):
     for claim in re.findall(r"[CE]\d+", re.sub(r"\([^)]*\)", "", claims)):
       quoted[claim] = verdict
-  assert quoted == {c: v for c, v in decided.items()
-                    if c in {f"C{i}" for i in range(10, 22)} | {"E4", "E5", "E6"}}
+  assert quoted == {c: verdict for c, (verdict, _) in _verdicts().items()}

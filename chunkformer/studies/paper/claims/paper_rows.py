@@ -48,6 +48,8 @@ MIN_SEEDS = 2  # the seed rule of C10-C16: two seeds agreeing, never one
 STRIDES = (4, 6, 8, 12)
 POOLED = "seeds pooled"
 NO_DATA = "no data: "
+
+
 def is_table_row(setup: VariantSetup) -> bool:
   """A row of the paper's table, not a plan's cure or size row (``VariantSetup.is_side_row``)."""
   return not setup.is_side_row
