@@ -15,13 +15,15 @@ end's document: ``layout.document_runs``) is one bias column of -inf, so no per-
 test runs in the loop. The sink logit seeds the running max (value zero), as in the Triton
 kernel; the online softmax runs in base 2 (``exp2``).
 
-The K operands (raw keys and entries) are passed transposed (B x K x Dp x T) because the
-interpreter of the pinned JAX does not take a transposed ``wgmma`` operand: one XLA transpose
-of K per call, so the code the interpreter checks is the code a GPU runs. Three more
-concessions to the interpreter, all under ``interpret``: layout hints are skipped (no CPU rule
-for ``layout_cast`` / ``broadcasted_iota(layout=)``), the probabilities of the second ``wgmma``
-are staged in shared memory (its A operand must be there; on a GPU they stay in registers),
-and every TMA copy has its own barrier (a GPU could share one with an expected byte count).
+Raw keys and entries come as one key buffer (``attention_gpu_common.key_columns``: columns
+[0, Tp) raw keys, [Tp, Tp + Cp) entries), so a step's TMA copies differ only in their column.
+Its K is passed transposed (B x K x Dp x (Tp + Cp)) because the interpreter of the pinned JAX
+does not take a transposed ``wgmma`` operand: one XLA transpose of K per call, so the code the
+interpreter checks is the code a GPU runs. Three more concessions to the interpreter, all under
+``interpret``: layout hints are skipped (no CPU rule for ``layout_cast`` /
+``broadcasted_iota(layout=)``), the probabilities of the second ``wgmma`` are staged in shared
+memory (its A operand must be there; on a GPU they stay in registers), and every TMA copy has
+its own barrier (a GPU could share one with an expected byte count).
 
 Inputs must be bfloat16 or float16 (``wgmma`` has no float32 path that matches XLA's default
 precision); the head dim is padded to a multiple of 64 (128-byte swizzle).
@@ -38,7 +40,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import layout
 from kernels.attention_gpu_common import F32, Cfg
 from kernels.padding import round_up
 
@@ -125,7 +126,7 @@ def _cdiv(a, b):
 def tile_bounds(kvlo, elo, ehi, window: int, bk: int):
   """B x (Tp / 64) x 8 int32: per 64-row tile its raw-key and entry block ranges.
 
-  The rules of ``attention_gpu_common.raw_blocks`` / ``entry_blocks`` for 64-row tiles: query t
+  The rules of ``attention_gpu_common.key_steps`` for 64-row tiles, with interior runs: query t
   sees keys [kvlo[t], t] and entries [elo[t], ehi[t]) (all non-decreasing), so a tile needs
   blocks from its first row's lower bound to its last row's upper one, and sees a block in full
   (its interior) from its last row's lower bound to its first row's upper one.
@@ -146,8 +147,8 @@ def tile_bounds(kvlo, elo, ehi, window: int, bk: int):
   return jnp.stack(cols, -1).astype(jnp.int32)
 
 
-def _kernel(q_ref, kT_ref, v_ref, ekT_ref, ev_ref, ebias_ref, rows_ref, bounds_ref, sink_ref,
-            o_ref, lse_ref, smem, bars, done_bar, *, cfg: Cfg, wgs: int, bk: int, slots: int,
+def _kernel(q_ref, kT_ref, v_ref, bias_ref, rows_ref, bounds_ref, sink_ref, o_ref, lse_ref,
+            smem, bars, done_bar, *, cfg: Cfg, wgs: int, bk: int, slots: int, entry0: int,
             interpreting: bool):
   q_smem, k_smem, v_smem, bias_smem, rows_smem, lse_smem, *p_smem = smem
   q_bar, r_bar, k_bar, v_bar, e_bar = bars
@@ -278,22 +279,17 @@ def _kernel(q_ref, kT_ref, v_ref, ekT_ref, ev_ref, ebias_ref, rows_ref, bounds_r
       def _():  # the slot's previous block has been consumed by every warpgroup
         plgpu.barrier_wait(done_bar.at[slot])
 
-      def load(k_src, v_src, start):
-        plgpu.copy_gmem_to_smem(k_src.at[bi, kv, :, pl.ds(start, bk)], k_smem.at[slot],
-                                k_bar.at[slot])
-        plgpu.copy_gmem_to_smem(v_src.at[bi, pl.ds(start, bk), kv], v_smem.at[slot],
-                                v_bar.at[slot])
-
-      @pl.when(s < n_raw)
-      def _():
-        load(kT_ref, v_ref, (raw_lo + s) * bk)
+      # Columns of the key buffer: raw keys from 0, entries from entry0.
+      start = jnp.where(s < n_raw, (raw_lo + s) * bk, entry0 + (ent_lo + s - n_raw) * bk)
+      plgpu.copy_gmem_to_smem(kT_ref.at[bi, kv, :, pl.ds(start, bk)], k_smem.at[slot],
+                              k_bar.at[slot])
+      plgpu.copy_gmem_to_smem(v_ref.at[bi, pl.ds(start, bk), kv], v_smem.at[slot],
+                              v_bar.at[slot])
 
       @pl.when(s >= n_raw)
       def _():
-        start = (ent_lo + s - n_raw) * bk
-        plgpu.copy_gmem_to_smem(ebias_ref.at[bi, pl.ds(start, bk)], bias_smem.at[slot],
+        plgpu.copy_gmem_to_smem(bias_ref.at[bi, pl.ds(start, bk)], bias_smem.at[slot],
                                 e_bar.at[slot])
-        load(ekT_ref, ev_ref, start)
 
     @pl.loop(jnp.maximum(n_steps - slots, 0), n_steps)
     def _(s):  # observe the consumers' last phases before the barriers are freed
@@ -303,11 +299,10 @@ def _kernel(q_ref, kT_ref, v_ref, ekT_ref, ev_ref, ebias_ref, rows_ref, bounds_r
   pl.when(wg == wgs)(producer)
 
 
-def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi):
+def forward(cfg: Cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
   """(o_BxTpxHxDp, lse_BxHxTp), the contract of ``attention_gpu._forward`` (same padded
-  inputs; Tp a multiple of ``program_rows(cfg)`` and ``key_block(cfg)``, Cp of the latter,
-  Dp of 64)."""
-  del seg, eends  # the per-query ranges kvlo / elo / ehi carry them
+  inputs: k and v the key buffer of raw keys then entries, lo / hi its columns' query ranges;
+  Tp a multiple of ``program_rows(cfg)`` and ``key_block(cfg)``, Cp of the latter, Dp of 64)."""
   b, tp, h, dp = q.shape
   rows, bk, slots = program_rows(cfg), key_block(cfg), cfg.num_stages
   wgs = rows // ROWS
@@ -318,8 +313,10 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
     check_interpreter_threads(threads)
   bounds = tile_bounds(kvlo, elo, ehi, cfg.window, bk)
   row_ranges = jnp.stack([kvlo, elo, ehi], axis=1)  # B x 3 x Tp, TMA'd per tile
-  ebias = jnp.where(eseg == layout.PAD_SEGMENT, -jnp.inf, 0.0).astype(F32)
-  kT, ekT = (jnp.transpose(x, (0, 2, 3, 1)) for x in (k, ek))
+  # An entry no query sees (padding, or an id that is not its end's document) is a column of
+  # -inf; the loop reads the bias of entry columns only.
+  bias = jnp.where(hi > lo, 0.0, -jnp.inf).astype(F32)
+  kT = jnp.transpose(k, (0, 2, 3, 1))
   sink = sink_hq[:, 0]
 
   def chunk_attention_fwd_mosaic(*refs):
@@ -335,7 +332,8 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
     bars = tuple(plgpu.Barrier(num_barriers=n) for n in (wgs, wgs, slots, slots, slots))
     done = plgpu.Barrier(num_arrivals=wgs, num_barriers=slots)
     kernel = lambda smem, bars, done: _kernel(*refs, smem, bars, done, cfg=cfg, wgs=wgs, bk=bk,
-                                              slots=slots, interpreting=interpret is not None)
+                                              slots=slots, entry0=tp,
+                                              interpreting=interpret is not None)
     pl.run_scoped(kernel, smem, bars, done, collective_axes="wg")
 
   return plgpu.kernel(
@@ -345,4 +343,4 @@ def forward(cfg: Cfg, q, k, v, seg, ek, ev, eends, eseg, sink_hq, kvlo, elo, ehi
       num_threads=threads, thread_name="wg",
       compiler_params=plgpu.CompilerParams(approx_math=True),
       interpret=interpret,
-  )(q, kT, v, ekT, ev, ebias, row_ranges, bounds, sink)
+  )(q, kT, v, bias, row_ranges, bounds, sink)

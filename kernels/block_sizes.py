@@ -26,11 +26,13 @@ class AttentionBlockSizes:
   """chunk_attention tiles: queries, raw keys and entries, forward and backward."""
 
   block_q: int = 64  # queries per program (forward and dq)
+  # GPU kernels see raw keys and entries as one column axis, tiled by block_k (forward and dq
+  # steps) and block_k_bwd (dk/dv programs); block_c and block_c_bwd tile entries on TPU only.
   block_k: int = 64  # raw keys per inner step
-  block_c: int = 64  # entries per inner step
+  block_c: int = 64  # entries per inner step (TPU)
   block_q_bwd: int = 32  # queries per inner step of the dk/dv kernels
   block_k_bwd: int = 32  # raw keys per program of the dk/dv kernel
-  block_c_bwd: int = 32  # entries per program of the entry dk/dv kernel
+  block_c_bwd: int = 32  # entries per program of the entry dk/dv kernel (TPU)
   num_warps: int = 4  # Triton only
   num_stages: int = 2  # Triton only
   # Triton backward: "split" = a dq kernel beside the dk/dv kernels (7 score-sized matmuls per
@@ -38,8 +40,8 @@ class AttentionBlockSizes:
   backward: str = "split"
   # GPU forward: "triton", or "mosaic" (``attention_mgpu``: TMA, warpgroup MMA, Hopper and
   # later; bfloat16/float16). Mosaic runs block_q / 64 warpgroups of 64 rows, one ring of
-  # num_stages K/V slots of block_k rows for window and entry blocks alike (so block_c must
-  # equal block_k); num_warps does not apply.
+  # num_stages K/V slots of block_k columns (raw keys and entries alike); num_warps does not
+  # apply.
   forward: str = "triton"
 
   def __post_init__(self):
@@ -54,10 +56,6 @@ class AttentionBlockSizes:
       if self.block_q not in (64, 128) or self.block_k not in (64, 128):
         raise ValueError(f"AttentionBlockSizes(forward='mosaic') needs block_q and block_k in "
                          f"(64, 128), got block_q={self.block_q}, block_k={self.block_k}")
-      if self.block_c != self.block_k:
-        raise ValueError(f"AttentionBlockSizes(forward='mosaic') streams window and entry "
-                         f"blocks through one ring: block_c must equal block_k "
-                         f"({self.block_k}), got {self.block_c}")
 
   @classmethod
   def gpu(cls, device_kind: str | None = None) -> AttentionBlockSizes:

@@ -6,8 +6,10 @@ returns how many tiles it computes (``executed``), how many tiles hold at least 
 (query, key) pair (``needed``), and the visible pairs themselves (``useful_pairs``) against
 the pairs its tiles cover (``executed_pairs``), and how many of the executed tiles build and
 apply a mask (``masked``: the GPU kernels run interior tiles unmasked). Counts are per
-query head (the dk/dv kernels
-loop over a kv head's G query heads, G tiles per kv-head program: the same per query head).
+query head (the dk/dv kernels loop over a kv head's G query heads, G tiles per kv-head program:
+the same per query head). The GPU dk/dv kernel is one kernel over raw-key and entry columns
+alike (``attention_gpu_common.key_columns``); ``gpu_dkv_raw`` and ``gpu_dkv_entries`` count its
+programs over each source, and the GPU forward and dq tile entries by their key block.
 
 The bounds mirror ``attention_gpu``, ``attention_mgpu`` (64-row tiles; ``grid_steps``: the steps its
 programs walk, the union of their tiles' ranges) and ``attention_tpu`` (whose grid also walks a
@@ -71,8 +73,9 @@ def gpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) 
   head (clamped and grouped as its ``_config``)."""
   from kernels import attention_gpu
 
-  cfg = attention_gpu._config(block_sizes, t, c, 0, 1.0, group, True)
-  return Tiles(cfg.bq, cfg.bk, cfg.bc, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd, cfg.bq_fwd)
+  del c  # raw keys and entries share one column axis: entries are tiled as raw keys
+  cfg = attention_gpu._config(block_sizes, t, 0, 1.0, group, True)
+  return Tiles(cfg.bq, cfg.bk, cfg.bk, cfg.bq_bwd, cfg.bk_bwd, cfg.bk_bwd, cfg.bq_fwd)
 
 
 def mgpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1) -> Tiles:
@@ -81,9 +84,10 @@ def mgpu_tiles(block_sizes: AttentionBlockSizes, t: int, c: int, group: int = 1)
   from kernels import attention_gpu, attention_mgpu
 
   mosaic = dataclasses.replace(block_sizes, forward="mosaic")
-  cfg = attention_gpu._config(mosaic, t, c, 0, 1.0, group, True)
+  del c
+  cfg = attention_gpu._config(mosaic, t, 0, 1.0, group, True)
   bk = attention_mgpu.key_block(cfg)
-  return Tiles(attention_mgpu.ROWS, bk, bk, cfg.bq_bwd, cfg.bk_bwd, cfg.bc_bwd,
+  return Tiles(attention_mgpu.ROWS, bk, bk, cfg.bq_bwd, cfg.bk_bwd, cfg.bk_bwd,
                attention_mgpu.ROWS, attention_mgpu.program_rows(cfg))
 
 
@@ -239,8 +243,10 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
   inside = ends_p < tp
   eq_lo = np.where(inside, ends_p, tp)
   eq_hi = np.where(inside, doc_end[np.where(inside, ends_p, 0)], tp)
-  lo = per(eq_lo, x.bc_bwd).min(axis=1) // x.bq_bwd
-  hi = _cdiv(per(eq_hi, x.bc_bwd).max(axis=1), x.bq_bwd)
+  # attention_gpu_common.query_steps: the query range of the entries some query sees.
+  seen = eq_hi > eq_lo
+  lo = per(np.where(seen, eq_lo, np.iinfo(np.int32).max), x.bc_bwd).min(axis=1) // x.bq_bwd
+  hi = _cdiv(per(np.where(seen, eq_hi, 0), x.bc_bwd).max(axis=1), x.bq_bwd)
   ran = _ran(lo, hi, nq)
   full = _ran(_cdiv(per(eq_lo, x.bc_bwd).max(axis=1), x.bq_bwd),
               per(eq_hi, x.bc_bwd).min(axis=1) // x.bq_bwd, nq)

@@ -87,11 +87,12 @@ def _brute(kernel, seg, ends, window, x):
     for q in range(t):
       needed_set |= {(s // x.bk_bwd, q // x.bq_bwd) for s in range(t) if raw[q, s]}
   else:  # gpu_dkv_entries
-    for j in range(cp // x.bc_bwd):
-      cs = range(j * x.bc_bwd, j * x.bc_bwd + x.bc_bwd)
-      lo = min(endsp[c] if endsp[c] < tp else tp for c in cs) // x.bq_bwd
-      hi = max(doc_end[endsp[c]] if endsp[c] < tp else tp for c in cs)
-      executed |= {(j, i) for i in range(lo, -(-hi // x.bq_bwd))}
+    for j in range(cp // x.bc_bwd):  # the query blocks of the entries some query sees
+      cs = [c for c in range(j * x.bc_bwd, j * x.bc_bwd + x.bc_bwd) if endsp[c] < tp]
+      if cs:
+        lo = min(endsp[c] for c in cs) // x.bq_bwd
+        hi = max(doc_end[endsp[c]] for c in cs)
+        executed |= {(j, i) for i in range(lo, -(-hi // x.bq_bwd))}
     for q in range(t):
       needed_set |= {(c // x.bc_bwd, q // x.bq_bwd) for c in range(cp) if ent[q, c]}
   useful = int(ent.sum()) if kernel == "gpu_dkv_entries" else int(raw.sum())
@@ -116,7 +117,8 @@ CASES = [(40, 0, 1, 4, 8), (53, 1, 3, 4, 16), (64, 2, 2, 0, 5), (37, 3, 4, 0, 0)
 @pytest.mark.parametrize("t,seed,docs,chunk,window", CASES)
 def test_counts_equal_a_brute_force_replay(kernel, t, seed, docs, chunk, window):
   seg, ends = _layout(t, seed, docs, chunk)
-  x = tiles_lib.Tiles(bq=16, bk=8, bc=4, bq_bwd=8, bk_bwd=16, bc_bwd=8)
+  # The GPU kernels tile entries as raw keys (one column axis): bc = bk, bc_bwd = bk_bwd.
+  x = tiles_lib.Tiles(bq=16, bk=8, bc=8, bq_bwd=8, bk_bwd=16, bc_bwd=16)
   got = tiles_lib.count(kernel, seg, ends, window, x)
   executed, needed, missed, useful, masked = _brute(kernel, seg, ends, window, x)
   assert (got.executed, got.needed, got.missed, got.useful_pairs, got.masked) == (

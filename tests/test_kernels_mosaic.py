@@ -68,6 +68,21 @@ def test_mosaic_forward_matches_reference_with_gradients(case):
                                  err_msg=name)
 
 
+def test_mosaic_forward_never_shows_an_entry_whose_id_is_not_its_ends_document():
+  # An entry per token of one document: entry block 0 is interior for the second 64-row tile,
+  # but entry 5 carries another document's id, so its bias column (-inf) must hide it there.
+  args, kw = kc.attention_case(0, t=128, h=2, kh=1, d=64, m=1, docs=1, window=4,
+                               dtype=jnp.bfloat16)
+  args = args[:7] + (args[7].at[0, 5].set(99),)
+  got = kernels.chunk_attention(*args, **kw, implementation="pallas_gpu", interpret=True,
+                                block_sizes=MOSAIC)
+  want = kernels.chunk_attention(*args, **kw, implementation="xla")
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), **TOL)
+  shown = kernels.chunk_attention(*args[:7], args[7].at[0, 5].set(0), **kw,
+                                  implementation="xla")
+  assert float(jnp.abs(shown.astype(jnp.float32) - want.astype(jnp.float32))[0, 64:].max()) > 0.1
+
+
 def test_mosaic_forward_lse_is_the_triton_forwards():
   # The backward reads the forward's lse: the Mosaic one must hand it over in the Triton
   # forward's units (natural log) and layout (B x H x Tp), rows that see nothing at 0.
@@ -143,8 +158,6 @@ def test_mosaic_forward_refuses_what_it_cannot_run():
   with pytest.raises(ValueError, match="bfloat16 or float16.*got float32"):
     kernels.chunk_attention(*args, **kw, implementation="pallas_gpu", interpret=True,
                             block_sizes=MOSAIC)
-  with pytest.raises(ValueError, match="block_c must equal block_k"):
-    kernels.AttentionBlockSizes(block_c=32, forward="mosaic")
   with pytest.raises(ValueError, match=r"block_q and block_k in \(64, 128\)"):
     kernels.AttentionBlockSizes(block_q=32, forward="mosaic")
   with pytest.raises(ValueError, match="forward must be one of"):

@@ -7,6 +7,7 @@ the price of a few compilations (interpret-mode compiles dominate the run time).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -78,7 +79,7 @@ def test_pallas_gpu_attention_one_program_per_kv_head_matches_reference(h, kh, d
 
   tiles = kernels.AttentionBlockSizes(block_q=64, block_k=16, block_c=16, block_q_bwd=16,
                                       block_k_bwd=16, block_c_bwd=16)
-  cfg = attention_gpu._config(tiles, 40, 16, 7, 1.0, h // kh, True)
+  cfg = attention_gpu._config(tiles, 40, 7, 1.0, h // kh, True)
   assert (cfg.fwd_group, cfg.bq_fwd) == {2: (2, 32), 4: (4, 16), 3: (1, 64)}[h // kh]
   _check_attention("pallas_gpu", tiles, t=40, h=h, kh=kh, d=16, window=7, sink=True,
                    dtype=jnp.float32)
@@ -112,6 +113,27 @@ def test_pallas_attention_with_a_precomputed_row_layout_is_the_same(implementati
   np.testing.assert_allclose(got, want, rtol=1e-6)
   for a, b in zip(got_g, want_g, strict=True):
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("block_sizes", [SMALL_GPU, dataclasses.replace(
+    SMALL_GPU, backward="fused")], ids=["split", "fused"])
+def test_pallas_gpu_never_shows_an_entry_whose_id_is_not_its_ends_document(block_sizes):
+  # One document, an entry per token, 16 x 16 tiles: entry block 0 is seen in full by every
+  # later query block (an interior, unmasked tile), except that entry 5 carries another
+  # document's id, so no query may see it. The kernels' key columns give it no queries, which
+  # makes every tile holding it a boundary tile.
+  args, kw = kc.attention_case(0, t=64, m=1, docs=1, window=4, dtype=jnp.float32)
+  args = args[:7] + (args[7].at[0, 5].set(99),)
+  ct = jnp.asarray(np.random.default_rng(1).standard_normal(args[0].shape), jnp.float32)
+  got_o, got_g = kc.attention_with_grads("pallas_gpu", 4, block_sizes)(*args, None, ct)
+  want_o, want_g = kc.attention_with_grads("xla", 4, None)(*args, None, ct)
+  np.testing.assert_allclose(got_o, want_o, **TOL[jnp.float32])
+  for a, b in zip(got_g[:5], want_g[:5], strict=True):
+    np.testing.assert_allclose(a, b, **TOL[jnp.float32])
+  assert float(jnp.abs(got_g[3][0, 5]).max()) == 0.0  # the hidden entry gets no gradient
+  valid_o, _ = kc.attention_with_grads("xla", 4, None)(*args[:7], args[7].at[0, 5].set(0),
+                                                       None, ct)
+  assert float(jnp.abs(valid_o - want_o)[0, 16:].max()) > 1e-3  # the id mattered
 
 
 def test_pallas_gpu_attention_with_the_hopper_tiles_matches_reference_with_gradients():
