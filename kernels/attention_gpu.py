@@ -3,7 +3,7 @@
 Forward: one program per (query block, row, kv head) serving the kv head's whole group of query
 heads as extra rows of its tile, when the group is a power of two (else one per head: ``_config``),
 so each K/V block is loaded once per group. Raw keys and entries are one column axis of one
-buffer (``attention_gpu_common.key_columns``: raw keys, then entries, each column with the
+buffer (``layout.key_columns``: raw keys, then entries, each column with the
 queries that see it), and the program runs ONE loop of online softmax over its column blocks:
 the raw-key blocks inside its window, then the entry blocks inside its visible range (loop
 bounds from per-query ranges, so invisible blocks cost nothing), so Triton's software pipeline
@@ -41,11 +41,9 @@ from kernels.attention_gpu_common import (
   Cfg,
   dot,
   dot_t,
-  key_columns,
   key_steps,
   mask_boundary,
   program_specs,
-  sees_whole_block,
 )
 from kernels.block_sizes import AttentionBlockSizes
 from kernels.padding import gpu_tile, next_power_of_2, pad_to, round_up
@@ -68,8 +66,8 @@ def _online_update(carry, s, v):
   return acc, m_new, denom
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, sink_ref, kvlo_ref, elo_ref, ehi_ref,
-                o_ref, lse_ref, *, cfg: Cfg, entry_block0: int):
+def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, sink_ref, kvlo_ref,
+                elo_ref, ehi_ref, o_ref, lse_ref, *, cfg: Cfg, entry_block0: int):
   i = pl.program_id(0)
   bq, bk, gf = cfg.bq_fwd, cfg.bk, cfg.fwd_group
   q = q_ref[...]
@@ -87,10 +85,11 @@ def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, sink_ref, kvlo_ref, elo_ref
   del n_raw
 
   def step(n, carry):
-    cols = pl.ds(block(n) * bk, bk)
-    lo, hi = lo_ref[cols], hi_ref[cols]
+    j = block(n)
+    cols = pl.ds(j * bk, bk)
     s = dot_t(q, k_ref[cols, :]) * cfg.scale
-    s = mask_boundary(s, sees_whole_block(lo, hi, first, last), t_pos, lo, hi)
+    interior = (blo_ref[j] <= first) & (bhi_ref[j] > last)
+    s = mask_boundary(s, interior, t_pos, lo_ref, hi_ref, cols)
     return _online_update(carry, s, v_ref[cols, :])
 
   acc, m, denom = jax.lax.fori_loop(0, n_steps, step, (jnp.zeros(q.shape, F32), m, denom))
@@ -105,7 +104,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, sink_ref, kvlo_ref, elo_ref
   lse_ref[...] = lse
 
 
-def _forward(cfg: Cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
+def _forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
   """(o_BxTpxHxDp, lse_BxHxTp): one program per query block and head, or per query block and
   kv head serving its whole group (``cfg.fwd_group``)."""
   b, tp, h, dp = q.shape
@@ -124,6 +123,7 @@ def _forward(cfg: Cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
       functools.partial(_fwd_kernel, cfg=cfg, entry_block0=tp // cfg.bk),
       grid=(tp // bq, b, h // gf),
       in_specs=[spec["tile"], spec["kv"], spec["kv"], spec["cols"], spec["cols"],
+                spec["blocks"], spec["blocks"],
                 pl.BlockSpec((None, bq * gf), lambda i, b_, h_: (h_, 0)), spec["q_vec"],
                 spec["q_vec"], spec["q_vec"]],
       out_specs=[spec["tile"], lse_spec],
@@ -131,7 +131,7 @@ def _forward(cfg: Cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_fwd",
-  )(q, k, v, lo, hi, sink, kvlo, elo, ehi)
+  )(q, k, v, lo, hi, blo, bhi, sink, kvlo, elo, ehi)
   return o, (jnp.swapaxes(lse, 1, 2) if gf > 1 else lse)
 
 
@@ -144,8 +144,8 @@ def _any_forward(cfg: Cfg, *args):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
-  return _any_forward(cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi)[0]
+def _attention(cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
+  return _any_forward(cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi)[0]
 
 
 def _attention_fwd(cfg, *args):
@@ -155,7 +155,7 @@ def _attention_fwd(cfg, *args):
 
 def _attention_bwd(cfg, res, do):
   dq, dk, dv, dsink = backward_kernels(cfg, res, do)
-  return dq, dk, dv, None, None, dsink, None, None, None
+  return dq, dk, dv, None, None, None, None, dsink, None, None, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -217,9 +217,11 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
       layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout, tp)
   kvlo = layout.raw_key_start(seg, window, doc_start)
   elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
-  lo, hi = key_columns(seg, eends, eseg, doc_end, window)
+  lo, hi = layout.key_columns(seg, eends, eseg, doc_end, window)
+  blo, bhi = layout.column_block_bounds(lo, hi, cfg.bk)
   sink = jnp.full((h,), -jnp.inf, F32) if sink_H is None else sink_H.astype(F32)
   sink_hq = jnp.broadcast_to(sink[:, None], (h, cfg.bq))
   o = _attention(cfg, pad_d(q_BxTxHxD, tp), columns(k_BxTxKxD, entry_k_BxCxKxD),
-                 columns(v_BxTxKxD, entry_v_BxCxKxD), lo, hi, sink_hq, kvlo, elo, ehi)
+                 columns(v_BxTxKxD, entry_v_BxCxKxD), lo, hi, blo, bhi, sink_hq, kvlo, elo,
+                 ehi)
   return o[:, :t, :, :d]

@@ -3,7 +3,7 @@
 dq runs the forward's programs and its one loop over window and entry blocks (one program per kv
 head serving its group where the forward does; interior blocks unmasked). dk/dv is one kernel
 over every column block of the key buffer (raw keys and entries alike,
-``attention_gpu_common.key_columns``): a program loops over the query blocks that see one of its
+``layout.key_columns``): a program loops over the query blocks that see one of its
 columns (interior ones unmasked), with the H/K query heads of its group as extra rows of each
 step (a power-of-two group; else a serial loop over them), so GQA/MQA gradients are summed in
 registers, not in HBM.
@@ -28,12 +28,11 @@ from kernels.attention_gpu_common import (
   mask_boundary,
   program_specs,
   query_steps,
-  sees_whole_block,
 )
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, kvlo_ref, elo_ref, ehi_ref, do_ref, lse_ref,
-               delta_ref, dq_ref, *, cfg: Cfg, entry_block0: int):
+def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, kvlo_ref, elo_ref, ehi_ref,
+               do_ref, lse_ref, delta_ref, dq_ref, *, cfg: Cfg, entry_block0: int):
   i = pl.program_id(0)
   bq, bk, gf = cfg.bq_fwd, cfg.bk, cfg.fwd_group
   q, do = q_ref[...], do_ref[...]
@@ -49,10 +48,12 @@ def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, kvlo_ref, elo_ref, ehi_ref, 
                                 elo_ref[...], ehi_ref[...])
 
   def step(n, dq):
-    cols = pl.ds(block(n) * bk, bk)
-    lo, hi, k = lo_ref[cols], hi_ref[cols], k_ref[cols, :]
+    j = block(n)
+    cols = pl.ds(j * bk, bk)
+    k = k_ref[cols, :]
     s = dot_t(q, k) * cfg.scale
-    s = mask_boundary(s, sees_whole_block(lo, hi, first, last), t_pos, lo, hi)
+    interior = (blo_ref[j] <= first) & (bhi_ref[j] > last)
+    s = mask_boundary(s, interior, t_pos, lo_ref, hi_ref, cols)
     ds = jnp.exp(s - lse[:, None]) * (dot_t(do, v_ref[cols, :]) - delta[:, None])
     return dq + dot(ds.astype(k.dtype), k)
 
@@ -77,13 +78,13 @@ def _dkv_kernel(k_ref, v_ref, lo_ref, hi_ref, q_ref, do_ref, lse_ref, delta_ref,
   bqb, g = cfg.bq_bwd, cfg.group
   k, v, lo, hi = k_ref[...], v_ref[...], lo_ref[...], hi_ref[...]
   q_first, q_stop = query_steps(lo, hi, bqb)
-  lo_max, hi_min = jnp.max(lo), jnp.min(hi)  # sees_whole_block's, the same for every step
+  lo_max, hi_min = jnp.max(lo), jnp.min(hi)  # layout.column_block_bounds of this block
 
   def step(carry, ii, q, do, lse, delta, t_pos, add_dq):
     dk, dv = carry
     s = dot_t(q, k) * cfg.scale
     interior = (lo_max <= ii * bqb) & (hi_min > ii * bqb + bqb - 1)
-    s = mask_boundary(s, interior, t_pos, lo, hi)
+    s = mask_boundary(s, interior, t_pos, lo_ref, hi_ref, slice(None))
     p = jnp.exp(s - lse[:, None])
     dv = dv + dot_tn(p.astype(do.dtype), do)
     ds = p * (dot_t(do, v) - delta[:, None])
@@ -120,7 +121,7 @@ def _dkv_kernel(k_ref, v_ref, lo_ref, hi_ref, q_ref, do_ref, lse_ref, delta_ref,
 
 def backward_kernels(cfg: Cfg, res, do):
   """(dq, dk, dv, dsink_hq): dk and dv over the whole column buffer (raw keys, then entries)."""
-  q, k, v, lo, hi, sink_hq, kvlo, elo, ehi, o, lse = res
+  q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi, o, lse = res
   b, tp, h, dp = q.shape
   kh, n_cols, g, gf = k.shape[2], k.shape[1], cfg.group, cfg.fwd_group
   delta = jnp.einsum("bthd,bthd->bht", o.astype(F32), do.astype(F32))
@@ -135,13 +136,14 @@ def backward_kernels(cfg: Cfg, res, do):
       functools.partial(_dq_kernel, cfg=cfg, entry_block0=tp // cfg.bk),
       grid=(tp // cfg.bq_fwd, b, h // gf),
       in_specs=[spec["tile"], spec["kv"], spec["kv"], spec["cols"], spec["cols"],
-                spec["q_vec"], spec["q_vec"], spec["q_vec"], spec["tile"], head_t, head_t],
+                spec["blocks"], spec["blocks"], spec["q_vec"], spec["q_vec"], spec["q_vec"],
+                spec["tile"], head_t, head_t],
       out_specs=spec["tile"],
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dq",
-  )(q, k, v, lo, hi, kvlo, elo, ehi, do, lse_q, delta_q)
+  )(q, k, v, lo, hi, blo, bhi, kvlo, elo, ehi, do, lse_q, delta_q)
 
   # dk/dv programs see every query head of their group: G heads of q, do, lse and delta.
   group_q = pl.BlockSpec((None, tp, g, dp), lambda j, b_, kv: (b_, 0, kv, 0))

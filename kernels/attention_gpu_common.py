@@ -3,8 +3,8 @@
 columns, and the test that leaves interior tiles unmasked.
 
 Key columns: the kernels see raw keys and entries as one column axis of one buffer, raw keys
-in columns [0, Tp) and entries in [Tp, Tp + Cp) (``key_columns``), each column with the queries
-[lo, hi) that see it. So one visibility rule serves both sources (query t sees column j iff
+in columns [0, Tp) and entries in [Tp, Tp + Cp) (``layout.key_columns``), each column with the
+queries [lo, hi) that see it. So one visibility rule serves both sources (query t sees column j iff
 lo[j] <= t < hi[j]), the forward and dq walk window and entry blocks in one loop, and the dk/dv
 kernel is one kernel over every column block.
 """
@@ -17,8 +17,6 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
-
-from kernels import layout
 
 F32 = jnp.float32
 
@@ -64,41 +62,19 @@ def cdiv(a, b):
   return jax.lax.div(a + b - 1, b)
 
 
-def key_columns(seg_BxTp, entry_ends_BxCp, entry_segment_ids_BxCp, doc_end_BxTp, window: int):
-  """(lo, hi), both B x (Tp + Cp) int32: the queries [lo, hi) that see each key column.
-
-  Raw key s: [s, min(s + W, end of its document)) (empty when W = 0). Entry c: [its end, end of
-  its end's document), empty for padding and for an entry whose id is not its end's document
-  (``layout.document_runs`` gave it ``PAD_SEGMENT``). Under the layout conventions this is
-  exactly ``kernels.reference``'s visibility, and both bounds are non-decreasing within each
-  source (``layout.entry_query_range``).
-  """
-  tp = seg_BxTp.shape[1]
-  pos = jnp.arange(tp, dtype=jnp.int32)
-  raw_hi = jnp.minimum(pos + window, doc_end_BxTp)
-  raw_lo = jnp.broadcast_to(pos, raw_hi.shape)
-  ent_lo, ent_hi = layout.entry_query_range(entry_ends_BxCp, seg_BxTp, doc_end_BxTp)
-  ent_hi = jnp.where(entry_segment_ids_BxCp == layout.PAD_SEGMENT, ent_lo, ent_hi)
-  return (jnp.concatenate([raw_lo, ent_lo], axis=1).astype(jnp.int32),
-          jnp.concatenate([raw_hi, ent_hi], axis=1).astype(jnp.int32))
-
-
 def visible(t_pos, lo, hi):
   """rows x columns: query t_pos[r] sees column c (lo[c] <= t < hi[c])."""
   return (t_pos[:, None] >= lo[None, :]) & (t_pos[:, None] < hi[None, :])
 
 
-def mask_boundary(s, interior, t_pos, lo, hi):
-  """Scores ``s`` with the invisible ones at -inf, unless the tile is ``interior`` (every row
-  sees every column): then the mask is neither built nor applied. A branch around arithmetic
-  only: the step's loads stay outside it, so Triton pipelines them across every step."""
-  return jax.lax.cond(interior, lambda s: s,
-                      lambda s: jnp.where(visible(t_pos, lo, hi), s, -jnp.inf), s)
-
-
-def sees_whole_block(lo, hi, first, last):
-  """Every query in [first, last] sees every column of the block (lo, hi: its columns')."""
-  return (jnp.max(lo) <= first) & (jnp.min(hi) > last)
+def mask_boundary(s, interior, t_pos, lo_ref, hi_ref, cols):
+  """Scores ``s`` of the columns ``cols`` with the invisible ones at -inf, unless the tile is
+  ``interior`` (every row sees every column: ``layout.column_block_bounds``): then no mask is
+  built or applied. The branch holds the mask's small loads and arithmetic only; the step's
+  K/V loads stay outside it, so Triton pipelines them across every step."""
+  def masked(s):
+    return jnp.where(visible(t_pos, lo_ref[cols], hi_ref[cols]), s, -jnp.inf)
+  return jax.lax.cond(interior, lambda s: s, masked, s)
 
 
 def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
@@ -131,7 +107,8 @@ def query_steps(lo, hi, bq):
 
 def program_specs(cfg: Cfg, q_shape, n_cols: int):
   """BlockSpecs of a forward / dq program (grid: query block, row, kv head or head): its query
-  tile, the whole K/V column buffer of its kv head, one column vector, one query vector."""
+  tile, the whole K/V column buffer of its kv head, one column vector, one vector per column
+  block of block_k, one query vector."""
   dp, gf, bq = q_shape[3], cfg.fwd_group, cfg.bq_fwd
   kv_head = (lambda h_: h_) if gf > 1 else (lambda h_: h_ // cfg.group)  # grid axis 2 -> kv
   if gf > 1:  # the kv head's G query heads, as extra rows of the tile
@@ -142,4 +119,5 @@ def program_specs(cfg: Cfg, q_shape, n_cols: int):
       tile=tile,
       kv=pl.BlockSpec((None, n_cols, None, dp), lambda i, b_, h_: (b_, 0, kv_head(h_), 0)),
       cols=pl.BlockSpec((None, n_cols), lambda i, b_, h_: (b_, 0)),
+      blocks=pl.BlockSpec((None, n_cols // cfg.bk), lambda i, b_, h_: (b_, 0)),
       q_vec=pl.BlockSpec((None, bq), lambda i, b_, h_: (b_, i)))

@@ -15,7 +15,7 @@ end's document: ``layout.document_runs``) is one bias column of -inf, so no per-
 test runs in the loop. The sink logit seeds the running max (value zero), as in the Triton
 kernel; the online softmax runs in base 2 (``exp2``).
 
-Raw keys and entries come as one key buffer (``attention_gpu_common.key_columns``: columns
+Raw keys and entries come as one key buffer (``layout.key_columns``: columns
 [0, Tp) raw keys, [Tp, Tp + Cp) entries), so a step's TMA copies differ only in their column.
 Its K is passed transposed (B x K x Dp x (Tp + Cp)) because the interpreter of the pinned JAX
 does not take a transposed ``wgmma`` operand: one XLA transpose of K per call, so the code the
@@ -299,10 +299,12 @@ def _kernel(q_ref, kT_ref, v_ref, bias_ref, rows_ref, bounds_ref, sink_ref, o_re
   pl.when(wg == wgs)(producer)
 
 
-def forward(cfg: Cfg, q, k, v, lo, hi, sink_hq, kvlo, elo, ehi):
+def forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
   """(o_BxTpxHxDp, lse_BxHxTp), the contract of ``attention_gpu._forward`` (same padded
   inputs: k and v the key buffer of raw keys then entries, lo / hi its columns' query ranges;
-  Tp a multiple of ``program_rows(cfg)`` and ``key_block(cfg)``, Cp of the latter, Dp of 64)."""
+  Tp a multiple of ``program_rows(cfg)`` and ``key_block(cfg)``, Cp of the latter, Dp of 64).
+  Its per-tile ranges (``tile_bounds``) stand in for the Triton forward's column-block bounds."""
+  del blo, bhi
   b, tp, h, dp = q.shape
   rows, bk, slots = program_rows(cfg), key_block(cfg), cfg.num_stages
   wgs = rows // ROWS

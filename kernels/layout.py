@@ -244,3 +244,34 @@ def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array,
   doc_end = jnp.take_along_axis(doc_end_BxT, end, axis=1)
   return (jnp.where(inside, end, t).astype(jnp.int32),
           jnp.where(inside, doc_end, t).astype(jnp.int32))
+
+
+def key_columns(seg_BxTp: Array, entry_ends_BxCp: Array, entry_segment_ids_BxCp: Array,
+                doc_end_BxTp: Array, window: int) -> tuple[Array, Array]:
+  """(lo, hi), both B x (Tp + Cp) int32: the queries [lo, hi) that see each key column, raw
+  keys in columns [0, Tp) and entries in [Tp, Tp + Cp) (one column axis for both sources).
+
+  Raw key s: [s, min(s + W, end of its document)) (empty when W = 0). Entry c: [its end, end of
+  its end's document), empty for padding and for an entry whose id is not its end's document
+  (``document_runs`` gave it ``PAD_SEGMENT``). Under the layout conventions this is
+  exactly ``kernels.reference``'s visibility, and both bounds are non-decreasing within each
+  source (``entry_query_range``).
+  """
+  tp = seg_BxTp.shape[1]
+  pos = jnp.arange(tp, dtype=jnp.int32)
+  raw_hi = jnp.minimum(pos + window, doc_end_BxTp)
+  raw_lo = jnp.broadcast_to(pos, raw_hi.shape)
+  ent_lo, ent_hi = entry_query_range(entry_ends_BxCp, seg_BxTp, doc_end_BxTp)
+  ent_hi = jnp.where(entry_segment_ids_BxCp == PAD_SEGMENT, ent_lo, ent_hi)
+  return (jnp.concatenate([raw_lo, ent_lo], axis=1).astype(jnp.int32),
+          jnp.concatenate([raw_hi, ent_hi], axis=1).astype(jnp.int32))
+
+
+def column_block_bounds(lo_BxN: Array, hi_BxN: Array, block: int) -> tuple[Array, Array]:
+  """(lo_max, hi_min), B x (N / block): per block of ``block`` columns the latest first query
+  and the earliest stop of its columns' ranges [lo, hi). Queries [first, last] see every column
+  of a block iff lo_max <= first and hi_min > last (a block holding a column that no query sees
+  never qualifies); the kernels run such an interior tile without a mask."""
+  b = lo_BxN.shape[0]
+  return (jnp.max(lo_BxN.reshape(b, -1, block), axis=2),
+          jnp.min(hi_BxN.reshape(b, -1, block), axis=2))

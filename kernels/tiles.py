@@ -8,7 +8,7 @@ the pairs its tiles cover (``executed_pairs``), and how many of the executed til
 apply a mask (``masked``: the GPU kernels run interior tiles unmasked). Counts are per
 query head (the dk/dv kernels loop over a kv head's G query heads, G tiles per kv-head program:
 the same per query head). The GPU dk/dv kernel is one kernel over raw-key and entry columns
-alike (``attention_gpu_common.key_columns``); ``gpu_dkv_raw`` and ``gpu_dkv_entries`` count its
+alike (``layout.key_columns``); ``gpu_dkv_raw`` and ``gpu_dkv_entries`` count its
 programs over each source, and the GPU forward and dq tile entries by their key block.
 
 The bounds mirror ``attention_gpu``, ``attention_mgpu`` (64-row tiles; ``grid_steps``: the steps its

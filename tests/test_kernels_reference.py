@@ -111,6 +111,40 @@ def test_visible_entry_range_is_monotone_and_matches_brute_force(m):
   assert (np.diff(start, axis=1) >= 0).all() and (np.diff(stop, axis=1) >= 0).all()
 
 
+@pytest.mark.parametrize("m,window", [(1, 4), (3, 0), (4, 41), ("dynamic", 7)])
+def test_key_columns_see_exactly_what_the_definitions_show(m, window):
+  # The GPU kernels' one rule, lo <= t < hi per column (raw keys, then entries), against the
+  # definitions pair by pair: a raw key in t's document within the window, an entry ended by t
+  # in t's document; an entry given another document's id is seen by nobody. And the column
+  # blocks' bounds call a tile interior exactly when every query of it sees every column.
+  from kernels import layout
+
+  rng = np.random.default_rng(11)
+  seg = kc.segment_ids(rng, 2, 41, 3)
+  ends = kc.end_flags(rng, seg, m)
+  _, _, e_ends, e_seg, _, _ = structure(jnp.asarray(ends), jnp.asarray(seg), 16)
+  e_seg = e_seg.at[:, 2].set(99)  # an id no document has
+  _, e_run = layout.document_runs(jnp.asarray(seg), e_ends, e_seg)
+  rows = layout.row_layout(jnp.asarray(seg))
+  lo, hi = (np.asarray(x) for x in layout.key_columns(
+      jnp.asarray(seg), e_ends, e_run, rows.doc_end_BxT, window))
+  e_ends, e_seg = np.asarray(e_ends), np.asarray(e_seg)
+  t = np.arange(41)[:, None]
+  for b in range(2):
+    same = seg[b][:, None] == seg[b][None, :]
+    raw = same & (t >= np.arange(41)) & (t - np.arange(41) < window)
+    ent = (e_ends[b][None, :] <= t) & (e_seg[b][None, :] == seg[b][:, None])
+    want = np.concatenate([raw, ent], axis=1)
+    np.testing.assert_array_equal((t >= lo[b]) & (t < hi[b]), want)
+    assert not want[:, 41 + 2].any()
+    blo, bhi = (np.asarray(x) for x in layout.column_block_bounds(
+        jnp.asarray(lo[b:b + 1, :56]), jnp.asarray(hi[b:b + 1, :56]), 8))
+    for i in range(5):
+      for j in range(7):
+        whole = want[i * 8:i * 8 + 8, j * 8:j * 8 + 8].all()
+        assert whole == ((blo[0, j] <= i * 8) & (bhi[0, j] > i * 8 + 7)), (b, i, j)
+
+
 @pytest.mark.parametrize("m,capacity", [(1, 64), (3, 8), (4, 16), (8, 16), ("dynamic", 6)])
 def test_segment_pool_reference_matches_token_walk_oracle(m, capacity):
   rng = np.random.default_rng(11)
