@@ -12,6 +12,11 @@ group times the query blocks that can see the key block (prefetched ranges again
 gradients are summed in VMEM. Scores are computed transposed (keys on sublanes, queries on
 lanes), as in splash attention, so every matmul is a plain or rhs-transposed one.
 
+Interior tiles (every query of the tile sees every key or entry of it) run without a mask, in
+every kernel: per key and per entry block the bounds of its columns' query ranges
+(``layout.key_columns``, ``layout.column_block_bounds``) are scalar-prefetched too, and each
+step takes the masked or the unmasked branch by two scalar compares.
+
 Layout: tensors heads-major (B, H, T, D), as Mosaic tiles the last two dimensions. Per-row
 scalars follow splash attention: a column (one value per sublane row) is stored broadcast over
 128 lanes, a row (one value per lane) broadcast over 8 sublanes; the running max and sum are
@@ -65,6 +70,9 @@ def _rows(x_BxL):
   return jnp.broadcast_to(x_BxL[:, None, :], (x_BxL.shape[0], SUBLANES, x_BxL.shape[1]))
 
 
+Q_MAJOR_PREFETCH = 8  # forward / dq: 4 per-query-block ranges, 4 per-column-block bounds
+
+
 def _clamp_step(step, n):
   # lax min/max only: jnp's // and clip lower through ops Mosaic handles per device kind.
   return jnp.maximum(jnp.minimum(step, n - 1), 0)
@@ -74,13 +82,14 @@ def _clamp_step(step, n):
 
 
 def _q_major_specs(cfg: _Cfg, h: int, d: int):
-  """Index maps shared by the forward and dq kernels (4 prefetched [B, nq] range arrays)."""
+  """Index maps shared by the forward and dq kernels (``Q_MAJOR_PREFETCH`` arrays: 4 [B, nq]
+  ranges, then the raw-key and entry blocks' bounds)."""
   g = cfg.group
 
   def raw_block(b, i, j, raw_lo, raw_n, *_):
     return raw_lo[b, i] + _clamp_step(j, raw_n[b, i])
 
-  def entry_block(b, i, j, raw_lo, raw_n, ent_lo, ent_n):
+  def entry_block(b, i, j, raw_lo, raw_n, ent_lo, ent_n, *_):
     del raw_lo, raw_n
     return ent_lo[b, i] + _clamp_step(j - cfg.raw_steps, ent_n[b, i])
 
@@ -104,24 +113,31 @@ def _q_major_specs(cfg: _Cfg, h: int, d: int):
 def _q_major_steps(cfg: _Cfg, prefetch, raw_step, entry_step):
   """Runs raw_step / entry_step on the active steps of this program.
 
-  Each gets a mask function: raw ``mask(s, kseg_rows, seg_q)``, entries ``mask(s, ends_rows,
-  eseg_rows, seg_q)``, with ``s`` the query x key score tile.
+  Each gets a mask function, or None on an interior tile (no mask to build or apply): raw
+  ``mask(s, kseg_rows, seg_q)``, entries ``mask(s, ends_rows, eseg_rows, seg_q)``, with ``s``
+  the query x key score tile.
   """
-  raw_lo, raw_n, _, ent_n = prefetch
+  raw_lo, raw_n, ent_lo, ent_n, raw_lo_max, raw_hi_min, ent_lo_max, ent_hi_min = prefetch
   b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
-  t_pos = lambda shape: i * cfg.bq + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+  first, last = i * cfg.bq, i * cfg.bq + cfg.bq - 1
+  t_pos = lambda shape: first + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+
+  def run(active, interior, step, mask_fn):
+    pl.when(active & interior)(lambda: step(None))
+    pl.when(active & jnp.logical_not(interior))(lambda: step(mask_fn))
+
+  # Blocks as the index maps clamp them: an inactive step reads in-range bounds.
   if cfg.window > 0:
-    @pl.when((j < cfg.raw_steps) & (j < raw_n[b, i]))
-    def _raw():
-      block = raw_lo[b, i] + j
-      raw_step(lambda s, kseg, seg_q: _raw_mask_q_major(cfg, t_pos(s.shape), block, kseg, seg_q))
+    block = raw_lo[b, i] + _clamp_step(j, raw_n[b, i])
+    run((j < cfg.raw_steps) & (j < raw_n[b, i]),
+        (raw_lo_max[b, block] <= first) & (raw_hi_min[b, block] > last), raw_step,
+        lambda s, kseg, seg_q: _raw_mask_q_major(cfg, t_pos(s.shape), block, kseg, seg_q))
 
   e = j - cfg.raw_steps
-
-  @pl.when((e >= 0) & (e < ent_n[b, i]))
-  def _entries():
-    entry_step(lambda s, ends, eseg, seg_q: (ends[:1, :] <= t_pos(s.shape))
-               & (eseg[:1, :] == seg_q))
+  block = ent_lo[b, i] + _clamp_step(e, ent_n[b, i])
+  run((e >= 0) & (e < ent_n[b, i]),
+      (ent_lo_max[b, block] <= first) & (ent_hi_min[b, block] > last), entry_step,
+      lambda s, ends, eseg, seg_q: (ends[:1, :] <= t_pos(s.shape)) & (eseg[:1, :] == seg_q))
 
 
 def _raw_mask_q_major(cfg: _Cfg, t_pos, block, kseg, seg_q):
@@ -130,7 +146,7 @@ def _raw_mask_q_major(cfg: _Cfg, t_pos, block, kseg, seg_q):
 
 
 def _fwd_kernel(*refs, cfg: _Cfg):
-  prefetch, refs = refs[:4], list(refs[4:])
+  prefetch, refs = refs[:Q_MAJOR_PREFETCH], list(refs[Q_MAJOR_PREFETCH:])
   q_ref, qseg_ref = refs.pop(0), refs.pop(0)
   k_ref, v_ref, kseg_ref = (refs.pop(0), refs.pop(0), refs.pop(0)) if cfg.window else (None,) * 3
   ek_ref, ev_ref, eends_ref, eseg_ref, sink_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc = refs
@@ -148,11 +164,11 @@ def _fwd_kernel(*refs, cfg: _Cfg):
 
   def raw_step(mask_fn):
     s = dot(q, k_ref[...], NT) * cfg.scale
-    update(s, mask_fn(s, kseg_ref[...], seg_q), v_ref[...])
+    update(s, mask_fn and mask_fn(s, kseg_ref[...], seg_q), v_ref[...])
 
   def entry_step(mask_fn):
     s = dot(q, ek_ref[...], NT) * cfg.scale
-    update(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ev_ref[...])
+    update(s, mask_fn and mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ev_ref[...])
 
   _q_major_steps(cfg, prefetch, raw_step, entry_step)
 
@@ -167,7 +183,7 @@ def _fwd_kernel(*refs, cfg: _Cfg):
 
 
 def _dq_kernel(*refs, cfg: _Cfg):
-  prefetch, refs = refs[:4], list(refs[4:])
+  prefetch, refs = refs[:Q_MAJOR_PREFETCH], list(refs[Q_MAJOR_PREFETCH:])
   q_ref, qseg_ref = refs.pop(0), refs.pop(0)
   k_ref, v_ref, kseg_ref = (refs.pop(0), refs.pop(0), refs.pop(0)) if cfg.window else (None,) * 3
   ek_ref, ev_ref, eends_ref, eseg_ref, do_ref, lse_ref, delta_ref, dq_ref, acc_sc = refs
@@ -181,19 +197,22 @@ def _dq_kernel(*refs, cfg: _Cfg):
   seg_q = qseg_ref[...][:, :1]
 
   def grad_step(s, mask, k, v):
-    p = jnp.where(mask, jnp.exp(s - lse_ref[...][:, :1]), 0.0)
+    p = jnp.exp(s - lse_ref[...][:, :1])
+    if mask is not None:
+      p = jnp.where(mask, p, 0.0)
     ds = p * (dot(do, v, NT) - delta_ref[...][:, :1])
     acc_sc[...] += dot(ds.astype(k.dtype), k, NN)
 
   def raw_step(mask_fn):
     k = k_ref[...]
     s = dot(q, k, NT) * cfg.scale
-    grad_step(s, mask_fn(s, kseg_ref[...], seg_q), k, v_ref[...])
+    grad_step(s, mask_fn and mask_fn(s, kseg_ref[...], seg_q), k, v_ref[...])
 
   def entry_step(mask_fn):
     ek = ek_ref[...]
     s = dot(q, ek, NT) * cfg.scale
-    grad_step(s, mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ek, ev_ref[...])
+    grad_step(s, mask_fn and mask_fn(s, eends_ref[...], eseg_ref[...], seg_q), ek,
+              ev_ref[...])
 
   _q_major_steps(cfg, prefetch, raw_step, entry_step)
 
@@ -211,7 +230,7 @@ def _q_major_call(kernel, cfg: _Cfg, prefetch, q, k, v, qseg, kseg, ek, ev, eend
   return pl.pallas_call(
       functools.partial(kernel, cfg=cfg),
       grid_spec=pltpu.PrefetchScalarGridSpec(
-          num_scalar_prefetch=4,
+          num_scalar_prefetch=Q_MAJOR_PREFETCH,
           grid=(b, h, cfg.nq, cfg.raw_steps + cfg.entry_steps),
           in_specs=[specs["q"], specs["qseg"]] + raw_specs
           + [specs["e"], specs["e"], specs["erow"], specs["erow"]]
@@ -229,7 +248,8 @@ def _q_major_call(kernel, cfg: _Cfg, prefetch, q, k, v, qseg, kseg, ek, ev, eend
 # ------------------------------------------------------------------ dk and dv (key-major)
 
 
-def _dkv_kernel(qlo_ref, qn_ref, k_ref, v_ref, *refs, cfg: _Cfg, entries: bool, q_steps: int):
+def _dkv_kernel(qlo_ref, qn_ref, lo_max_ref, hi_min_ref, k_ref, v_ref, *refs, cfg: _Cfg,
+                entries: bool, q_steps: int):
   if entries:
     eends_ref, eseg_ref, *refs = refs
   else:
@@ -243,22 +263,31 @@ def _dkv_kernel(qlo_ref, qn_ref, k_ref, v_ref, *refs, cfg: _Cfg, entries: bool, 
     dk_sc[...] = jnp.zeros(dk_sc.shape, F32)
     dv_sc[...] = jnp.zeros(dv_sc.shape, F32)
 
-  @pl.when(qi < qn_ref[b, c])
-  def _step():
+  first = (qlo_ref[b, c] + qi) * cfg.bq
+  # Every query of this step sees every key of the block: no mask.
+  interior = (lo_max_ref[b, c] <= first) & (hi_min_ref[b, c] > first + cfg.bq - 1)
+
+  def step(masked: bool):
     k, v, q, do = k_ref[...], v_ref[...], q_ref[...], do_ref[...]
     st = dot(k, q, NT) * cfg.scale  # keys x queries
-    t_pos = (qlo_ref[b, c] + qi) * cfg.bq + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1)
-    seg_q = qseg_ref[...][:1, :]
-    if entries:
-      mask = (eends_ref[...][:, :1] <= t_pos) & (eseg_ref[...][:, :1] == seg_q)
-    else:
-      s_pos = c * cfg.bk + jax.lax.broadcasted_iota(jnp.int32, st.shape, 0)
-      mask = ((s_pos <= t_pos) & (s_pos > t_pos - cfg.window)
-              & (kseg_ref[...][:, :1] == seg_q))
-    p = jnp.where(mask, jnp.exp(st - lse_ref[...][:1, :]), 0.0)
+    p = jnp.exp(st - lse_ref[...][:1, :])
+    if masked:
+      t_pos = first + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1)
+      seg_q = qseg_ref[...][:1, :]
+      if entries:
+        mask = (eends_ref[...][:, :1] <= t_pos) & (eseg_ref[...][:, :1] == seg_q)
+      else:
+        s_pos = c * cfg.bk + jax.lax.broadcasted_iota(jnp.int32, st.shape, 0)
+        mask = ((s_pos <= t_pos) & (s_pos > t_pos - cfg.window)
+                & (kseg_ref[...][:, :1] == seg_q))
+      p = jnp.where(mask, p, 0.0)
     dv_sc[...] += dot(p.astype(do.dtype), do, NN)
     ds = p * (dot(v, do, NT) - delta_ref[...][:1, :])
     dk_sc[...] += dot(ds.astype(q.dtype), q, NN)
+
+  active = qi < qn_ref[b, c]
+  pl.when(active & interior)(lambda: step(masked=False))
+  pl.when(active & jnp.logical_not(interior))(lambda: step(masked=True))
 
   @pl.when(s_idx == cfg.group * q_steps - 1)
   def _finish():
@@ -273,7 +302,7 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
   q_steps = cfg.nq if entries else cfg.raw_q_steps
   g = cfg.group
 
-  def q_block(b_, c, s, qlo, qn):
+  def q_block(b_, c, s, qlo, qn, *_):
     return qlo[b_, c] + _clamp_step(jax.lax.rem(s, q_steps), qn[b_, c])
 
   head = lambda kv, s: kv * g + jax.lax.div(s, q_steps)
@@ -288,7 +317,7 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
   return pl.pallas_call(
       functools.partial(_dkv_kernel, cfg=cfg, entries=entries, q_steps=q_steps),
       grid_spec=pltpu.PrefetchScalarGridSpec(
-          num_scalar_prefetch=2,
+          num_scalar_prefetch=4,
           grid=(b, kh, length // bk, g * q_steps),
           in_specs=[key_spec, key_spec] + [col_spec] * len(key_cols)
           + [q_spec, q_spec, qrow_spec, hrow_spec, hrow_spec],
@@ -306,7 +335,9 @@ def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse
 
 
 def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
-  """Scalar-prefetch arrays: per query block (forward, dq) and per key/entry block (dk, dv)."""
+  """Scalar-prefetch arrays: per query block (forward, dq) and per key/entry block (dk, dv),
+  each kernel's followed by the bounds of the raw-key and entry blocks' query ranges that
+  decide which tiles are interior (``layout.column_block_bounds``)."""
   b, tp = seg.shape
   cp = eends.shape[1]
   per = lambda x, n: x.reshape(b, -1, n)
@@ -318,17 +349,25 @@ def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
   ent_lo = jnp.min(per(elo, cfg.bq), axis=2) // cfg.bc
   ent_n = jnp.maximum(cdiv(jnp.max(per(ehi, cfg.bq), axis=2), cfg.bc) - ent_lo, 0)
   fwd = (raw_lo, raw_hi[None] - raw_lo, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
-  # Raw key s is seen by queries [s, min(s + window, end of its document)).
-  kqhi = jnp.minimum(jnp.arange(tp, dtype=jnp.int32) + cfg.window, doc_end)
-  rq_lo = jnp.arange(tp // cfg.bk, dtype=jnp.int32)[None] * cfg.bk // cfg.bq
-  rq_n = cdiv(jnp.max(per(kqhi, cfg.bk), axis=2), cfg.bq) - rq_lo
-  eqlo, eqhi = layout.entry_query_range(eends, seg, doc_end)
-  eq_lo = jnp.min(per(eqlo, cfg.bc), axis=2) // cfg.bq
-  eq_n = jnp.maximum(cdiv(jnp.max(per(eqhi, cfg.bc), axis=2), cfg.bq) - eq_lo, 0)
-  raw_bwd = (jnp.broadcast_to(rq_lo, rq_n.shape), jnp.minimum(rq_n, cfg.raw_q_steps))
-  entry_bwd = (jnp.minimum(eq_lo, cfg.nq - 1), eq_n)
+  # dk/dv: a key or entry block walks the query blocks from the first to the last query that
+  # sees one of its columns (a raw key s is seen by [s, min(s + window, end of its document)),
+  # an entry by [its end, end of its end's document); padding and foreign entries by nobody).
+  lo, hi = layout.key_columns(seg, eends, eseg, doc_end, cfg.window)
+  seen = hi > lo
+  first, last = jnp.where(seen, lo, tp), jnp.where(seen, hi, 0)
+
+  def query_blocks(cols, block, clamp):
+    q_lo = jnp.min(per(first[:, cols], block), axis=2) // cfg.bq
+    q_n = jnp.maximum(cdiv(jnp.max(per(last[:, cols], block), axis=2), cfg.bq) - q_lo, 0)
+    return jnp.minimum(q_lo, cfg.nq - 1), jnp.minimum(q_n, clamp)
+
+  raw_bwd = query_blocks(slice(0, tp), cfg.bk, cfg.raw_q_steps)
+  entry_bwd = query_blocks(slice(tp, None), cfg.bc, cfg.nq)
+  raw_full = layout.column_block_bounds(lo[:, :tp], hi[:, :tp], cfg.bk)
+  entry_full = layout.column_block_bounds(lo[:, tp:], hi[:, tp:], cfg.bc)
   as_int = lambda xs: tuple(x.astype(jnp.int32) for x in xs)
-  return as_int(fwd), as_int(raw_bwd), as_int(entry_bwd)
+  return (as_int(fwd + raw_full + entry_full), as_int(raw_bwd + raw_full),
+          as_int(entry_bwd + entry_full))
 
 
 def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):

@@ -5,7 +5,7 @@ tiles a kernel runs with, ``count`` replays the kernel's loop bounds program by 
 returns how many tiles it computes (``executed``), how many tiles hold at least one visible
 (query, key) pair (``needed``), and the visible pairs themselves (``useful_pairs``) against
 the pairs its tiles cover (``executed_pairs``), and how many of the executed tiles build and
-apply a mask (``masked``: the GPU kernels run interior tiles unmasked). Counts are per
+apply a mask (``masked``: every kernel runs interior tiles unmasked). Counts are per
 query head (the dk/dv kernels loop over a kv head's G query heads, G tiles per kv-head program:
 the same per query head). The GPU dk/dv kernel is one kernel over raw-key and entry columns
 alike (``layout.key_columns``); ``gpu_dkv_raw`` and ``gpu_dkv_entries`` count its
@@ -202,12 +202,12 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
       ent_steps = cp // x.bc
     raw = _ran(raw_lo, raw_hi, tp // x.bk) if window > 0 else np.zeros_like(raw_need)
     ent = _ran(ent_lo, ent_hi, cp // x.bc)
-    # attention_gpu's interior blocks (seen in full by every query of the tile): no mask.
+    # Interior blocks (seen in full by every query of the tile) run without a mask.
     raw_full = _ran(_cdiv(per(rlo, x.bq).max(axis=1), x.bk), (np.arange(nq) * x.bq + 1) // x.bk,
                     tp // x.bk)
     ent_full = _ran(_cdiv(per(elo, x.bq).max(axis=1), x.bc), per(ehi, x.bq).min(axis=1) // x.bc,
                     cp // x.bc)
-    masked = int((raw & ~raw_full).sum() + (ent & ~ent_full).sum()) if not tpu else -1
+    masked = int((raw & ~raw_full).sum() + (ent & ~ent_full).sum())
     steps = nq * (raw_steps + ent_steps) if tpu else int(raw.sum() + ent.sum())
     if kernel == "mgpu_fwd":  # one loop per program over the union of its tiles' ranges
       per_program = lambda lo, hi: np.maximum(
@@ -237,7 +237,7 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
     full = _ran(_cdiv(np.arange(nk) * x.bk_bwd + x.bk_bwd - 1, x.bq_bwd),
                 per(kq_hi, x.bk_bwd).min(axis=1) // x.bq_bwd, nq)
     return _count(ran, need, x.bq_bwd * x.bk_bwd, raw_useful, steps or int(ran.sum()),
-                  -1 if tpu else int((ran & ~full).sum()))
+                  int((ran & ~full).sum()))
   nk, nq = cp // x.bc_bwd, tp // x.bq_bwd
   need = _needed(elo, ehi, real, x.bq_bwd, x.bc_bwd, nk).T
   inside = ends_p < tp
@@ -252,4 +252,4 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
               per(eq_hi, x.bc_bwd).min(axis=1) // x.bq_bwd, nq)
   steps = nk * nq if tpu else int(ran.sum())
   return _count(ran, need, x.bq_bwd * x.bc_bwd, entry_useful, steps,
-                -1 if tpu else int((ran & ~full).sum()))
+                int((ran & ~full).sum()))

@@ -27,8 +27,10 @@ def init_softmax(m_sc, l_sc, acc_sc, sink=-jnp.inf):
 
 
 def online_update(m_sc, l_sc, acc_sc, s, mask, v):
-  """One block of scores ``s`` (masked by ``mask``) and values ``v`` into the scratch."""
-  s = jnp.where(mask, s, -jnp.inf)
+  """One block of scores ``s`` (masked by ``mask``; None: every score visible) and values
+  ``v`` into the scratch."""
+  if mask is not None:
+    s = jnp.where(mask, s, -jnp.inf)
   m_prev, l_prev = m_sc[...], l_sc[...]
   m_new = jnp.maximum(m_prev, jnp.max(s, axis=1)[:, None])
   m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)

@@ -175,6 +175,7 @@ def test_tpu_grid_walks_the_static_worst_case():
   fwd = tiles_lib.count("tpu_fwd", seg, ends, 8, x)
   gpu = tiles_lib.count("gpu_fwd", seg, ends, 8, x)
   assert fwd.executed == gpu.executed and fwd.missed == 0
+  assert 0 < fwd.masked == gpu.masked < fwd.executed  # the same interior tiles run unmasked
   # 8 query blocks x (raw steps min(8, ceil(15 / 8) + 1) = 3, plus every entry block: 16
   # entries and 5 padding ones, padded to 24 = 3 blocks), whatever the ranges
   assert fwd.grid_steps == 8 * (3 + 3)

@@ -115,17 +115,19 @@ def test_pallas_attention_with_a_precomputed_row_layout_is_the_same(implementati
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-@pytest.mark.parametrize("block_sizes", [SMALL_GPU, dataclasses.replace(
-    SMALL_GPU, backward="fused")], ids=["split", "fused"])
-def test_pallas_gpu_never_shows_an_entry_whose_id_is_not_its_ends_document(block_sizes):
-  # One document, an entry per token, 16 x 16 tiles: entry block 0 is seen in full by every
+@pytest.mark.parametrize("implementation,block_sizes", [
+    ("pallas_gpu", SMALL_GPU), ("pallas_gpu", dataclasses.replace(SMALL_GPU, backward="fused")),
+    ("pallas_tpu", SMALL_TPU)], ids=["gpu", "gpu_fused", "tpu"])
+def test_pallas_never_shows_an_entry_whose_id_is_not_its_ends_document(implementation,
+                                                                       block_sizes):
+  # One document, an entry per token, small tiles: entry block 0 is seen in full by every
   # later query block (an interior, unmasked tile), except that entry 5 carries another
   # document's id, so no query may see it. The kernels' key columns give it no queries, which
   # makes every tile holding it a boundary tile.
   args, kw = kc.attention_case(0, t=64, m=1, docs=1, window=4, dtype=jnp.float32)
   args = args[:7] + (args[7].at[0, 5].set(99),)
   ct = jnp.asarray(np.random.default_rng(1).standard_normal(args[0].shape), jnp.float32)
-  got_o, got_g = kc.attention_with_grads("pallas_gpu", 4, block_sizes)(*args, None, ct)
+  got_o, got_g = kc.attention_with_grads(implementation, 4, block_sizes)(*args, None, ct)
   want_o, want_g = kc.attention_with_grads("xla", 4, None)(*args, None, ct)
   np.testing.assert_allclose(got_o, want_o, **TOL[jnp.float32])
   for a, b in zip(got_g[:5], want_g[:5], strict=True):
