@@ -7,10 +7,9 @@ SMEM; the key/entry index maps read them, so a step past the block's range repea
 block index (Pallas skips the DMA) and ``pl.when`` skips its compute. The static step count is
 the worst case (window blocks + all entry blocks); skipped steps cost only grid overhead.
 
-dk/dv: grid (B, K, key or entry blocks, steps); the steps walk over the H/K query heads of the
-group times the query blocks that can see the key block (prefetched ranges again), so GQA/MQA
-gradients are summed in VMEM. Scores are computed transposed (keys on sublanes, queries on
-lanes), as in splash attention, so every matmul is a plain or rhs-transposed one.
+dk/dv (``attention_tpu_dkv``): grid (B, K, key or entry blocks, steps); the steps walk over the
+H/K query heads of the group times the query blocks that can see the key block (prefetched
+ranges again), so GQA/MQA gradients are summed in VMEM.
 
 Interior tiles (every query of the tile sees every key or entry of it) run without a mask, in
 every kernel: per key and per entry block the bounds of its columns' query ranges
@@ -35,9 +34,20 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels import layout
+from kernels.attention_tpu_dkv import dkv_call
 from kernels.block_sizes import AttentionBlockSizes
 from kernels.padding import pad_to, round_up
-from kernels.tpu_common import F32, LANES, NN, NT, SUBLANES, dot, init_softmax, online_update
+from kernels.tpu_common import (
+  F32,
+  LANES,
+  NN,
+  NT,
+  SUBLANES,
+  clamp_step,
+  dot,
+  init_softmax,
+  online_update,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +83,6 @@ def _rows(x_BxL):
 Q_MAJOR_PREFETCH = 8  # forward / dq: 4 per-query-block ranges, 4 per-column-block bounds
 
 
-def _clamp_step(step, n):
-  # lax min/max only: jnp's // and clip lower through ops Mosaic handles per device kind.
-  return jnp.maximum(jnp.minimum(step, n - 1), 0)
-
-
 # ------------------------------------------------------------------ forward and dq (q-major)
 
 
@@ -87,11 +92,11 @@ def _q_major_specs(cfg: _Cfg, h: int, d: int):
   g = cfg.group
 
   def raw_block(b, i, j, raw_lo, raw_n, *_):
-    return raw_lo[b, i] + _clamp_step(j, raw_n[b, i])
+    return raw_lo[b, i] + clamp_step(j, raw_n[b, i])
 
   def entry_block(b, i, j, raw_lo, raw_n, ent_lo, ent_n, *_):
     del raw_lo, raw_n
-    return ent_lo[b, i] + _clamp_step(j - cfg.raw_steps, ent_n[b, i])
+    return ent_lo[b, i] + clamp_step(j - cfg.raw_steps, ent_n[b, i])
 
   kv_head = lambda h: jax.lax.div(h, g)
   return dict(
@@ -128,13 +133,13 @@ def _q_major_steps(cfg: _Cfg, prefetch, raw_step, entry_step):
 
   # Blocks as the index maps clamp them: an inactive step reads in-range bounds.
   if cfg.window > 0:
-    block = raw_lo[b, i] + _clamp_step(j, raw_n[b, i])
+    block = raw_lo[b, i] + clamp_step(j, raw_n[b, i])
     run((j < cfg.raw_steps) & (j < raw_n[b, i]),
         (raw_lo_max[b, block] <= first) & (raw_hi_min[b, block] > last), raw_step,
         lambda s, kseg, seg_q: _raw_mask_q_major(cfg, t_pos(s.shape), block, kseg, seg_q))
 
   e = j - cfg.raw_steps
-  block = ent_lo[b, i] + _clamp_step(e, ent_n[b, i])
+  block = ent_lo[b, i] + clamp_step(e, ent_n[b, i])
   run((e >= 0) & (e < ent_n[b, i]),
       (ent_lo_max[b, block] <= first) & (ent_hi_min[b, block] > last), entry_step,
       lambda s, ends, eseg, seg_q: (ends[:1, :] <= t_pos(s.shape)) & (eseg[:1, :] == seg_q))
@@ -245,92 +250,6 @@ def _q_major_call(kernel, cfg: _Cfg, prefetch, q, k, v, qseg, kseg, ek, ev, eend
   )(*prefetch, q, qseg, *raw, ek, ev, eends, eseg, *extra)
 
 
-# ------------------------------------------------------------------ dk and dv (key-major)
-
-
-def _dkv_kernel(qlo_ref, qn_ref, lo_max_ref, hi_min_ref, k_ref, v_ref, *refs, cfg: _Cfg,
-                entries: bool, q_steps: int):
-  if entries:
-    eends_ref, eseg_ref, *refs = refs
-  else:
-    kseg_ref, *refs = refs
-  q_ref, do_ref, qseg_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs
-  b, c, s_idx = pl.program_id(0), pl.program_id(2), pl.program_id(3)
-  qi = jax.lax.rem(s_idx, q_steps)
-
-  @pl.when(s_idx == 0)
-  def _init():
-    dk_sc[...] = jnp.zeros(dk_sc.shape, F32)
-    dv_sc[...] = jnp.zeros(dv_sc.shape, F32)
-
-  first = (qlo_ref[b, c] + qi) * cfg.bq
-  # Every query of this step sees every key of the block: no mask.
-  interior = (lo_max_ref[b, c] <= first) & (hi_min_ref[b, c] > first + cfg.bq - 1)
-
-  def step(masked: bool):
-    k, v, q, do = k_ref[...], v_ref[...], q_ref[...], do_ref[...]
-    st = dot(k, q, NT) * cfg.scale  # keys x queries
-    p = jnp.exp(st - lse_ref[...][:1, :])
-    if masked:
-      t_pos = first + jax.lax.broadcasted_iota(jnp.int32, st.shape, 1)
-      seg_q = qseg_ref[...][:1, :]
-      if entries:
-        mask = (eends_ref[...][:, :1] <= t_pos) & (eseg_ref[...][:, :1] == seg_q)
-      else:
-        s_pos = c * cfg.bk + jax.lax.broadcasted_iota(jnp.int32, st.shape, 0)
-        mask = ((s_pos <= t_pos) & (s_pos > t_pos - cfg.window)
-                & (kseg_ref[...][:, :1] == seg_q))
-      p = jnp.where(mask, p, 0.0)
-    dv_sc[...] += dot(p.astype(do.dtype), do, NN)
-    ds = p * (dot(v, do, NT) - delta_ref[...][:1, :])
-    dk_sc[...] += dot(ds.astype(q.dtype), q, NN)
-
-  active = qi < qn_ref[b, c]
-  pl.when(active & interior)(lambda: step(masked=False))
-  pl.when(active & jnp.logical_not(interior))(lambda: step(masked=True))
-
-  @pl.when(s_idx == cfg.group * q_steps - 1)
-  def _finish():
-    dk_ref[...] = (dk_sc[...] * cfg.scale).astype(dk_ref.dtype)
-    dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
-
-
-def _dkv_call(cfg: _Cfg, prefetch, keys, values, key_cols, q, do, qseg_rows, lse_rows,
-              delta_rows, *, entries: bool):
-  b, kh, length, d = keys.shape
-  bk = cfg.bc if entries else cfg.bk
-  q_steps = cfg.nq if entries else cfg.raw_q_steps
-  g = cfg.group
-
-  def q_block(b_, c, s, qlo, qn, *_):
-    return qlo[b_, c] + _clamp_step(jax.lax.rem(s, q_steps), qn[b_, c])
-
-  head = lambda kv, s: kv * g + jax.lax.div(s, q_steps)
-  key_spec = pl.BlockSpec((None, None, bk, d), lambda b_, kv, c, s, *_: (b_, kv, c, 0))
-  col_spec = pl.BlockSpec((None, bk, LANES), lambda b_, kv, c, s, *_: (b_, c, 0))
-  q_spec = pl.BlockSpec((None, None, cfg.bq, d),
-                        lambda b_, kv, c, s, *p: (b_, head(kv, s), q_block(b_, c, s, *p), 0))
-  qrow_spec = pl.BlockSpec((None, SUBLANES, cfg.bq),
-                           lambda b_, kv, c, s, *p: (b_, 0, q_block(b_, c, s, *p)))
-  hrow_spec = pl.BlockSpec((None, None, SUBLANES, cfg.bq),
-                           lambda b_, kv, c, s, *p: (b_, head(kv, s), 0, q_block(b_, c, s, *p)))
-  return pl.pallas_call(
-      functools.partial(_dkv_kernel, cfg=cfg, entries=entries, q_steps=q_steps),
-      grid_spec=pltpu.PrefetchScalarGridSpec(
-          num_scalar_prefetch=4,
-          grid=(b, kh, length // bk, g * q_steps),
-          in_specs=[key_spec, key_spec] + [col_spec] * len(key_cols)
-          + [q_spec, q_spec, qrow_spec, hrow_spec, hrow_spec],
-          out_specs=[key_spec, key_spec],
-          scratch_shapes=[pltpu.VMEM((bk, d), F32), pltpu.VMEM((bk, d), F32)]),
-      out_shape=[jax.ShapeDtypeStruct(keys.shape, keys.dtype)] * 2,
-      compiler_params=pltpu.CompilerParams(
-          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-      interpret=cfg.interpret,
-      name="chunk_attention_dkv_entries_tpu" if entries else "chunk_attention_dkv_raw_tpu",
-  )(*prefetch, keys, values, *key_cols, q, do, qseg_rows, lse_rows, delta_rows)
-
-
 # ------------------------------------------------------------------ ranges, custom VJP, API
 
 
@@ -409,8 +328,8 @@ def _attention_bwd(cfg, res, do):
   common = (q, do, _rows(seg), hrows(lse_t), hrows(delta))
   dk = dv = jnp.zeros_like(k)
   if cfg.window:
-    dk, dv = _dkv_call(cfg, raw_bwd, k, v, [_columns(seg)], *common, entries=False)
-  dek, dev = _dkv_call(cfg, entry_bwd, ek, ev, [_columns(eends), _columns(eseg)], *common,
+    dk, dv = dkv_call(cfg, raw_bwd, k, v, [_columns(seg)], *common, entries=False)
+  dek, dev = dkv_call(cfg, entry_bwd, ek, ev, [_columns(eends), _columns(eseg)], *common,
                        entries=True)
   # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).
   dsink = -jnp.sum(jnp.exp(sink[None, :, None] - lse_t) * delta, axis=(0, 2))

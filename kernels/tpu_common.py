@@ -14,6 +14,13 @@ NT = (((1,), (1,)), ((), ()))  # a @ b.T
 NN = (((1,), (0,)), ((), ()))  # a @ b
 
 
+def clamp_step(step, n):
+  """step clamped to [0, n - 1] (a grid step past a range repeats its last block; n = 0 reads
+  block 0). lax min/max only: jnp's // and clip lower through ops Mosaic handles per device
+  kind."""
+  return jnp.maximum(jnp.minimum(step, n - 1), 0)
+
+
 def dot(a, b, dims):
   return jax.lax.dot_general(a, b, dims, preferred_element_type=F32)
 
