@@ -80,9 +80,8 @@ def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, sink_ref,
     t_pos = jnp.broadcast_to(t_pos[:, None], (bq, gf)).reshape(bq * gf)
   m = sink_ref[...]
   denom = jnp.where(m == -jnp.inf, 0.0, 1.0)
-  n_raw, n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...],
-                                    elo_ref[...], ehi_ref[...])
-  del n_raw
+  n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...], elo_ref[...],
+                             ehi_ref[...])
 
   def step(n, carry):
     j = block(n)

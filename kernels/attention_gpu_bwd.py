@@ -44,8 +44,8 @@ def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, kvlo_ref, 
     q, do = q.reshape(rows, q.shape[-1]), do.reshape(rows, do.shape[-1])
     lse, delta = lse.reshape(rows), delta.reshape(rows)
     t_pos = jnp.broadcast_to(t_pos[:, None], (bq, gf)).reshape(rows)
-  _, n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...],
-                                elo_ref[...], ehi_ref[...])
+  n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...], elo_ref[...],
+                             ehi_ref[...])
 
   def step(n, dq):
     j = block(n)

@@ -78,7 +78,7 @@ def mask_boundary(s, interior, t_pos, lo_ref, hi_ref, cols):
 
 
 def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
-  """(n_raw, n_steps, block(n)): the column blocks query block i walks, in one loop.
+  """(n_steps, block(n)): the column blocks query block i walks, in one loop.
 
   Raw keys: query t sees [kvlo[t], t] (kvlo = max(t - W + 1, its document's start)); entries:
   [elo[t], ehi[t]) (``layout.visible_entry_range``); all bounds non-decreasing in t. So the
@@ -94,7 +94,7 @@ def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
   ent_lo = jax.lax.div(jnp.min(elo), bk)
   n_ent = jnp.maximum(cdiv(jnp.max(ehi), bk) - ent_lo, 0)
   ent_at = entry_block0 + ent_lo - n_raw
-  return n_raw, n_raw + n_ent, lambda n: jnp.where(n < n_raw, raw_lo + n, ent_at + n)
+  return n_raw + n_ent, lambda n: jnp.where(n < n_raw, raw_lo + n, ent_at + n)
 
 
 def query_steps(lo, hi, bq):
