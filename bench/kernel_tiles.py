@@ -3,15 +3,16 @@
   python -m bench.kernel_tiles [--small] [--out bench/results]
     -> bench/results/kernel_tiles.{md,json}
 
-Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and the two dk/dv kernels, the Mosaic GPU
-forward, and the TPU ones, whose grid also walks a static worst case), per layout (the accelerator
-bench's: Qwen3-0.6B's window W = 128 and G = 2 query heads per kv head, one document, entries every
-M = 4 tokens or at Bernoulli(1/4) ends; the same with 16 documents; full attention as the kernel
-runs it, a whole-row window and no entries) and per tile set (the GPU and TPU defaults of
-``kernels.AttentionBlockSizes`` and its per-device table's H200 entry, the latter also with
-``forward="mosaic"``): executed tiles / needed tiles (tiles holding a visible score; the goal: <=
-1.10), executed pairs / useful pairs (the masked share inside the tiles run) and the tiles that
-build a mask. No device and no timing: the counts follow from the layout and the loop bounds alone.
+Per kernel (``kernels.tiles.KERNELS``: the GPU forward, dq and dk/dv kernel, the last counted over
+raw-key and entry columns apart, the Mosaic GPU forward, and the TPU ones, whose grid also walks
+a static worst case), per layout (the accelerator bench's: Qwen3-0.6B's window W = 128 and G = 2
+query heads per kv head, one document, entries every M = 4 tokens or at Bernoulli(1/4) ends; the
+same with 16 documents; full attention as the kernel runs it, a whole-row window and no entries)
+and per tile set (the GPU and TPU defaults of ``kernels.AttentionBlockSizes`` and its per-device
+table's H200 entry, the latter also with ``forward="mosaic"``): executed tiles / needed tiles
+(tiles holding a visible score; the goal: <= 1.10), executed pairs / useful pairs (the masked
+share inside the tiles run) and the tiles that build a mask. No device and no timing: the counts
+follow from the layout and the loop bounds alone.
 """
 
 from __future__ import annotations
