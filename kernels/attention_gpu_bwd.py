@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kernels import layout
 from kernels.attention_gpu_common import (
   F32,
   Cfg,
@@ -27,7 +28,6 @@ from kernels.attention_gpu_common import (
   key_steps,
   mask_boundary,
   program_specs,
-  query_steps,
 )
 
 
@@ -62,23 +62,23 @@ def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, kvlo_ref, 
   dq_ref[...] = dq.reshape(bq, gf, dq.shape[-1]) if gf > 1 else dq
 
 
-def _dkv_kernel(k_ref, v_ref, lo_ref, hi_ref, q_ref, do_ref, lse_ref, delta_ref, *refs,
-                cfg: Cfg):
+def _dkv_kernel(k_ref, v_ref, lo_ref, hi_ref, first_ref, stop_ref, lo_max_ref, hi_min_ref, q_ref,
+                do_ref, lse_ref, delta_ref, *refs, cfg: Cfg):
   """dk, dv of one column block, summed over its query blocks and the group's heads.
 
-  Column c is seen by queries [lo[c], hi[c]): the loop walks the query blocks between the
-  columns' first and last seeing query (``query_steps``), and a query block whose every query
-  sees every column (interior) runs unmasked. ``cfg.fwd_group > 1``: the G heads are G extra rows
-  per token of each query step (lse and delta laid out B x Tp x H), so one loop over query
-  blocks serves the whole group; else a serial loop over the heads. The fused backward (refs:
-  dq_in aliased, dk, dv, dq_out) also adds ds @ k to the query rows' dq (float32, atomically:
-  other column blocks add to the same rows).
+  Column c is seen by queries [lo[c], hi[c]): the loop walks the query blocks [first, stop) that
+  hold a query seeing one of the block's columns (``layout.column_query_blocks``), and a query
+  block whose every query sees every column (``layout.column_block_bounds``) runs unmasked.
+  ``cfg.fwd_group > 1``: the G heads are G extra rows per token of each query step (lse and
+  delta laid out B x Tp x H), so one loop over query blocks serves the whole group; else a
+  serial loop over the heads. The fused backward (refs: dq_in aliased, dk, dv, dq_out) also
+  adds ds @ k to the query rows' dq (float32, atomically: other column blocks add to the same
+  rows).
   """
   dq_ref, (dk_ref, dv_ref) = (refs[3], refs[1:3]) if cfg.fused_bwd else (None, refs)
-  bqb, g = cfg.bq_bwd, cfg.group
-  k, v, lo, hi = k_ref[...], v_ref[...], lo_ref[...], hi_ref[...]
-  q_first, q_stop = query_steps(lo, hi, bqb)
-  lo_max, hi_min = jnp.max(lo), jnp.min(hi)  # layout.column_block_bounds of this block
+  bqb, g, j = cfg.bq_bwd, cfg.group, pl.program_id(0)
+  k, v = k_ref[...], v_ref[...]
+  q_first, q_stop, lo_max, hi_min = first_ref[j], stop_ref[j], lo_max_ref[j], hi_min_ref[j]
 
   def step(carry, ii, q, do, lse, delta, t_pos, add_dq):
     dk, dv = carry
@@ -155,21 +155,25 @@ def backward_kernels(cfg: Cfg, res, do):
     lse_g, delta_g = lse, delta
   col_tile = pl.BlockSpec((None, cfg.bk_bwd, None, dp), lambda j, b_, kv: (b_, j, kv, 0))
   col_vec = pl.BlockSpec((None, cfg.bk_bwd), lambda j, b_, kv: (b_, j))
-  # Fused: dq accumulates in float32 in the dk/dv kernel (input 8 aliased to output 2).
+  block_vec = pl.BlockSpec((None, n_cols // cfg.bk_bwd), lambda j, b_, kv: (b_, 0))
+  block_ranges = (layout.column_query_blocks(lo, hi, cfg.bk_bwd, cfg.bq_bwd)
+                  + layout.column_block_bounds(lo, hi, cfg.bk_bwd))
+  # Fused: dq accumulates in float32 in the dk/dv kernel (input 12 aliased to output 2).
   fused = [group_q] * cfg.fused_bwd
   dk, dv, *dq_out = pl.pallas_call(
       functools.partial(_dkv_kernel, cfg=cfg),
       grid=(n_cols // cfg.bk_bwd, b, kh),
-      in_specs=[col_tile, col_tile, col_vec, col_vec, group_q, group_q, group_t, group_t]
-      + fused,
+      in_specs=[col_tile, col_tile, col_vec, col_vec] + [block_vec] * 4
+      + [group_q, group_q, group_t, group_t] + fused,
       out_specs=[col_tile, col_tile] + fused,
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype)] * 2
       + [jax.ShapeDtypeStruct(q.shape, F32)] * cfg.fused_bwd,
-      input_output_aliases={8: 2} if cfg.fused_bwd else {},
+      input_output_aliases={12: 2} if cfg.fused_bwd else {},
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dkv",
-  )(k, v, lo, hi, q, do, lse_g, delta_g, *[jnp.zeros(q.shape, F32)] * cfg.fused_bwd)
+  )(k, v, lo, hi, *block_ranges, q, do, lse_g, delta_g,
+    *[jnp.zeros(q.shape, F32)] * cfg.fused_bwd)
   if cfg.fused_bwd:
     dq = dq_out[0].astype(q.dtype)
   # The sink has value zero: d sink_h = -sum_t p_sink(t) * delta(t).

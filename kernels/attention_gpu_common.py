@@ -97,14 +97,6 @@ def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
   return n_raw + n_ent, lambda n: jnp.where(n < n_raw, raw_lo + n, ent_at + n)
 
 
-def query_steps(lo, hi, bq):
-  """(first, stop) query blocks a column block's dk/dv loop walks: those holding a query that
-  sees one of its columns (columns that no query sees, lo == hi, add none)."""
-  seen = hi > lo
-  first = jnp.min(jnp.where(seen, lo, jnp.iinfo(jnp.int32).max))
-  return jax.lax.div(first, bq), cdiv(jnp.max(jnp.where(seen, hi, 0)), bq)
-
-
 def program_specs(cfg: Cfg, q_shape, n_cols: int):
   """BlockSpecs of a forward / dq program (grid: query block, row, kv head or head): its query
   tile, the whole K/V column buffer of its kv head, one column vector, one vector per column

@@ -268,17 +268,13 @@ def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
   ent_lo = jnp.min(per(elo, cfg.bq), axis=2) // cfg.bc
   ent_n = jnp.maximum(cdiv(jnp.max(per(ehi, cfg.bq), axis=2), cfg.bc) - ent_lo, 0)
   fwd = (raw_lo, raw_hi[None] - raw_lo, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
-  # dk/dv: a key or entry block walks the query blocks from the first to the last query that
-  # sees one of its columns (a raw key s is seen by [s, min(s + window, end of its document)),
-  # an entry by [its end, end of its end's document); padding and foreign entries by nobody).
+  # dk/dv: a key or entry block walks the query blocks that hold a query seeing one of its
+  # columns (``layout.key_columns``: padding and foreign entries are seen by nobody).
   lo, hi = layout.key_columns(seg, eends, eseg, doc_end, cfg.window)
-  seen = hi > lo
-  first, last = jnp.where(seen, lo, tp), jnp.where(seen, hi, 0)
 
   def query_blocks(cols, block, clamp):
-    q_lo = jnp.min(per(first[:, cols], block), axis=2) // cfg.bq
-    q_n = jnp.maximum(cdiv(jnp.max(per(last[:, cols], block), axis=2), cfg.bq) - q_lo, 0)
-    return jnp.minimum(q_lo, cfg.nq - 1), jnp.minimum(q_n, clamp)
+    first, stop = layout.column_query_blocks(lo[:, cols], hi[:, cols], block, cfg.bq)
+    return jnp.minimum(first, cfg.nq - 1), jnp.clip(stop - first, 0, clamp)
 
   raw_bwd = query_blocks(slice(0, tp), cfg.bk, cfg.raw_q_steps)
   entry_bwd = query_blocks(slice(tp, None), cfg.bc, cfg.nq)
@@ -289,10 +285,10 @@ def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
           as_int(entry_bwd + entry_full))
 
 
-def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
+def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, ranges):
   """Heads-major padded inputs -> (o_BxHxTpxD, lse_BxHxTpx128)."""
   b, h, tp, d = q.shape
-  fwd, _, _ = _ranges(cfg, seg, eends, eseg, *bounds)
+  fwd, _, _ = ranges
   sink8 = jnp.broadcast_to(sink[None, :], (SUBLANES, h))
   return _q_major_call(
       _fwd_kernel, cfg, fwd, q, k, v, _columns(seg), _rows(seg), ek, ev, _rows(eends),
@@ -304,18 +300,18 @@ def _forward(cfg: _Cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
-  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds)[0]
+def _attention(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, ranges):
+  return _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, ranges)[0]
 
 
-def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds):
-  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, bounds)
-  return o, (q, k, v, seg, ek, ev, eends, eseg, sink, bounds, o, lse)
+def _attention_fwd(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, ranges):
+  o, lse = _forward(cfg, q, k, v, seg, ek, ev, eends, eseg, sink, ranges)
+  return o, (q, k, v, seg, ek, ev, eends, eseg, sink, ranges, o, lse)
 
 
 def _attention_bwd(cfg, res, do):
-  q, k, v, seg, ek, ev, eends, eseg, sink, bounds, o, lse = res
-  fwd, raw_bwd, entry_bwd = _ranges(cfg, seg, eends, eseg, *bounds)
+  q, k, v, seg, ek, ev, eends, eseg, sink, ranges, o, lse = res
+  fwd, raw_bwd, entry_bwd = ranges
   delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1)  # B x H x Tp
   lse_t = lse[..., 0]
   delta_col = jnp.broadcast_to(delta[..., None], delta.shape + (LANES,))
@@ -367,10 +363,10 @@ def chunk_attention_tpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   eends = pad_to(entry_ends_BxC.astype(jnp.int32), 1, cp, layout.PAD_END)
   eseg = pad_to(entry_segment_ids_BxC.astype(jnp.int32), 1, cp, layout.PAD_SEGMENT)
   sink = jnp.full((h,), -jnp.inf, F32) if sink_H is None else sink_H.astype(F32)
+  # The kernels' scalar-prefetch arrays, once per call (the backward reuses them).
+  ranges = _ranges(cfg, seg, eends, eseg, *layout.padded_document_bounds(
+      layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout, tp))
   o = _attention(cfg, heads_major(q_BxTxHxD, tp), heads_major(k_BxTxKxD, tp),
                  heads_major(v_BxTxKxD, tp), seg, heads_major(entry_k_BxCxKxD, cp),
-                 heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink,
-                 layout.padded_document_bounds(
-                     layout.row_layout(segment_ids_BxT) if row_layout is None else row_layout,
-                     tp))
+                 heads_major(entry_v_BxCxKxD, cp), eends, eseg, sink, ranges)
   return jnp.swapaxes(o, 1, 2)[:, :t]

@@ -267,6 +267,19 @@ def key_columns(seg_BxTp: Array, entry_ends_BxCp: Array, entry_segment_ids_BxCp:
           jnp.concatenate([raw_hi, ent_hi], axis=1).astype(jnp.int32))
 
 
+def column_query_blocks(lo_BxN: Array, hi_BxN: Array, block: int, block_q: int
+                        ) -> tuple[Array, Array]:
+  """(first, stop), B x (N / block): per block of ``block`` columns the query blocks (of
+  ``block_q`` queries) [first, stop) that hold a query seeing one of its columns, from the
+  columns' ranges [lo, hi). A column no query sees (lo == hi) adds none; a block of only such
+  columns gets first >= stop. The dk/dv kernels loop over these query blocks."""
+  b = lo_BxN.shape[0]
+  seen = hi_BxN > lo_BxN
+  first = jnp.where(seen, lo_BxN, jnp.iinfo(jnp.int32).max).reshape(b, -1, block)
+  last = jnp.where(seen, hi_BxN, 0).reshape(b, -1, block)
+  return jnp.min(first, axis=2) // block_q, -(-jnp.max(last, axis=2) // block_q)
+
+
 def column_block_bounds(lo_BxN: Array, hi_BxN: Array, block: int) -> tuple[Array, Array]:
   """(lo_max, hi_min), B x (N / block): per block of ``block`` columns the latest first query
   and the earliest stop of its columns' ranges [lo, hi). Queries [first, last] see every column

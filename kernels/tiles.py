@@ -243,7 +243,7 @@ def count(kernel: str, segment_ids_T, entry_ends_C, window: int, tiles: Tiles) -
   inside = ends_p < tp
   eq_lo = np.where(inside, ends_p, tp)
   eq_hi = np.where(inside, doc_end[np.where(inside, ends_p, 0)], tp)
-  # attention_gpu_common.query_steps: the query range of the entries some query sees.
+  # layout.column_query_blocks: the query range of the entries some query sees.
   seen = eq_hi > eq_lo
   lo = per(np.where(seen, eq_lo, np.iinfo(np.int32).max), x.bc_bwd).min(axis=1) // x.bq_bwd
   hi = _cdiv(per(np.where(seen, eq_hi, 0), x.bc_bwd).max(axis=1), x.bq_bwd)
