@@ -66,8 +66,8 @@ def _online_update(carry, s, v):
   return acc, m_new, denom
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, sink_ref, kvlo_ref,
-                elo_ref, ehi_ref, o_ref, lse_ref, *, cfg: Cfg, entry_block0: int):
+def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, steps_ref, sink_ref, o_ref,
+                lse_ref, *, cfg: Cfg, entry_block0: int):
   i = pl.program_id(0)
   bq, bk, gf = cfg.bq_fwd, cfg.bk, cfg.fwd_group
   q = q_ref[...]
@@ -80,8 +80,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, sink_ref,
     t_pos = jnp.broadcast_to(t_pos[:, None], (bq, gf)).reshape(bq * gf)
   m = sink_ref[...]
   denom = jnp.where(m == -jnp.inf, 0.0, 1.0)
-  n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...], elo_ref[...],
-                             ehi_ref[...])
+  n_steps, block = key_steps(steps_ref, i, entry_block0)
 
   def step(n, carry):
     j = block(n)
@@ -103,9 +102,11 @@ def _fwd_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, sink_ref,
   lse_ref[...] = lse
 
 
-def _forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
+def _forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, steps, sink_hq, kvlo, elo, ehi):
   """(o_BxTpxHxDp, lse_BxHxTp): one program per query block and head, or per query block and
-  kv head serving its whole group (``cfg.fwd_group``)."""
+  kv head serving its whole group (``cfg.fwd_group``). kvlo / elo / ehi are the Mosaic
+  forward's (its per-row masks); this one reads the blocks' summaries ``steps``."""
+  del kvlo, elo, ehi
   b, tp, h, dp = q.shape
   gf, bq = cfg.fwd_group, cfg.bq_fwd
   spec = program_specs(cfg, q.shape, k.shape[1])
@@ -122,15 +123,14 @@ def _forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
       functools.partial(_fwd_kernel, cfg=cfg, entry_block0=tp // cfg.bk),
       grid=(tp // bq, b, h // gf),
       in_specs=[spec["tile"], spec["kv"], spec["kv"], spec["cols"], spec["cols"],
-                spec["blocks"], spec["blocks"],
-                pl.BlockSpec((None, bq * gf), lambda i, b_, h_: (h_, 0)), spec["q_vec"],
-                spec["q_vec"], spec["q_vec"]],
+                spec["blocks"], spec["blocks"], spec["steps"],
+                pl.BlockSpec((None, bq * gf), lambda i, b_, h_: (h_, 0))],
       out_specs=[spec["tile"], lse_spec],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(lse_shape, F32)],
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_fwd",
-  )(q, k, v, lo, hi, blo, bhi, sink, kvlo, elo, ehi)
+  )(q, k, v, lo, hi, blo, bhi, steps, sink)
   return o, (jnp.swapaxes(lse, 1, 2) if gf > 1 else lse)
 
 
@@ -143,8 +143,8 @@ def _any_forward(cfg: Cfg, *args):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
-  return _any_forward(cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi)[0]
+def _attention(cfg, q, k, v, lo, hi, blo, bhi, steps, sink_hq, kvlo, elo, ehi):
+  return _any_forward(cfg, q, k, v, lo, hi, blo, bhi, steps, sink_hq, kvlo, elo, ehi)[0]
 
 
 def _attention_fwd(cfg, *args):
@@ -154,7 +154,7 @@ def _attention_fwd(cfg, *args):
 
 def _attention_bwd(cfg, res, do):
   dq, dk, dv, dsink = backward_kernels(cfg, res, do)
-  return dq, dk, dv, None, None, None, None, dsink, None, None, None
+  return dq, dk, dv, None, None, None, None, None, dsink, None, None, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -218,9 +218,11 @@ def chunk_attention_gpu(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, segment_ids_BxT, entry_
   elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
   lo, hi = layout.key_columns(seg, eends, eseg, doc_end, window)
   blo, bhi = layout.column_block_bounds(lo, hi, cfg.bk)
+  steps = jnp.stack(layout.query_key_blocks(kvlo, elo, ehi, cfg.bq_fwd, cfg.bk, cfg.bk, window),
+                    axis=1)
   sink = jnp.full((h,), -jnp.inf, F32) if sink_H is None else sink_H.astype(F32)
   sink_hq = jnp.broadcast_to(sink[:, None], (h, cfg.bq))
   o = _attention(cfg, pad_d(q_BxTxHxD, tp), columns(k_BxTxKxD, entry_k_BxCxKxD),
-                 columns(v_BxTxKxD, entry_v_BxCxKxD), lo, hi, blo, bhi, sink_hq, kvlo, elo,
-                 ehi)
+                 columns(v_BxTxKxD, entry_v_BxCxKxD), lo, hi, blo, bhi, steps, sink_hq, kvlo,
+                 elo, ehi)
   return o[:, :t, :, :d]

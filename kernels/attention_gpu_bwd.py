@@ -31,8 +31,8 @@ from kernels.attention_gpu_common import (
 )
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, kvlo_ref, elo_ref, ehi_ref,
-               do_ref, lse_ref, delta_ref, dq_ref, *, cfg: Cfg, entry_block0: int):
+def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, steps_ref, do_ref, lse_ref,
+               delta_ref, dq_ref, *, cfg: Cfg, entry_block0: int):
   i = pl.program_id(0)
   bq, bk, gf = cfg.bq_fwd, cfg.bk, cfg.fwd_group
   q, do = q_ref[...], do_ref[...]
@@ -44,8 +44,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, lo_ref, hi_ref, blo_ref, bhi_ref, kvlo_ref, 
     q, do = q.reshape(rows, q.shape[-1]), do.reshape(rows, do.shape[-1])
     lse, delta = lse.reshape(rows), delta.reshape(rows)
     t_pos = jnp.broadcast_to(t_pos[:, None], (bq, gf)).reshape(rows)
-  n_steps, block = key_steps(i, bq, bk, entry_block0, cfg.window, kvlo_ref[...], elo_ref[...],
-                             ehi_ref[...])
+  n_steps, block = key_steps(steps_ref, i, entry_block0)
 
   def step(n, dq):
     j = block(n)
@@ -121,7 +120,7 @@ def _dkv_kernel(k_ref, v_ref, lo_ref, hi_ref, first_ref, stop_ref, lo_max_ref, h
 
 def backward_kernels(cfg: Cfg, res, do):
   """(dq, dk, dv, dsink_hq): dk and dv over the whole column buffer (raw keys, then entries)."""
-  q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi, o, lse = res
+  q, k, v, lo, hi, blo, bhi, steps, sink_hq, _, _, _, o, lse = res
   b, tp, h, dp = q.shape
   kh, n_cols, g, gf = k.shape[2], k.shape[1], cfg.group, cfg.fwd_group
   delta = jnp.einsum("bthd,bthd->bht", o.astype(F32), do.astype(F32))
@@ -136,14 +135,13 @@ def backward_kernels(cfg: Cfg, res, do):
       functools.partial(_dq_kernel, cfg=cfg, entry_block0=tp // cfg.bk),
       grid=(tp // cfg.bq_fwd, b, h // gf),
       in_specs=[spec["tile"], spec["kv"], spec["kv"], spec["cols"], spec["cols"],
-                spec["blocks"], spec["blocks"], spec["q_vec"], spec["q_vec"], spec["q_vec"],
-                spec["tile"], head_t, head_t],
+                spec["blocks"], spec["blocks"], spec["steps"], spec["tile"], head_t, head_t],
       out_specs=spec["tile"],
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=cfg.params,
       interpret=cfg.interpret,
       name="chunk_attention_dq",
-  )(q, k, v, lo, hi, blo, bhi, kvlo, elo, ehi, do, lse_q, delta_q)
+  )(q, k, v, lo, hi, blo, bhi, steps, do, lse_q, delta_q)
 
   # dk/dv programs see every query head of their group: G heads of q, do, lse and delta.
   group_q = pl.BlockSpec((None, tp, g, dp), lambda j, b_, kv: (b_, 0, kv, 0))

@@ -77,22 +77,14 @@ def mask_boundary(s, interior, t_pos, lo_ref, hi_ref, cols):
   return jax.lax.cond(interior, lambda s: s, masked, s)
 
 
-def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
+def key_steps(steps_ref, i, entry_block0):
   """(n_steps, block(n)): the column blocks query block i walks, in one loop.
 
-  Raw keys: query t sees [kvlo[t], t] (kvlo = max(t - W + 1, its document's start)); entries:
-  [elo[t], ehi[t]) (``layout.visible_entry_range``); all bounds non-decreasing in t. So the
-  block needs raw blocks [min kvlo / bk, cdiv(last query + 1, bk)) and entry blocks
-  [min elo / bk, cdiv(max ehi, bk)), the latter from column block ``entry_block0`` (Tp / bk).
-  Step n < n_raw is raw block raw_lo + n, the rest are entry blocks in order.
+  ``steps_ref`` holds ``layout.query_key_blocks`` of every query block (rows raw_lo, raw_n,
+  entry_lo, entry_n): step n < raw_n is raw block raw_lo + n, the rest are the entry blocks in
+  order, entry block e being column block ``entry_block0`` (Tp / bk) + e.
   """
-  if window > 0:
-    raw_lo = jax.lax.div(jnp.min(kvlo), bk)
-    n_raw = jnp.maximum(cdiv(i * bq + bq, bk) - raw_lo, 0)
-  else:  # no window: no raw step at all
-    raw_lo = n_raw = jnp.int32(0)
-  ent_lo = jax.lax.div(jnp.min(elo), bk)
-  n_ent = jnp.maximum(cdiv(jnp.max(ehi), bk) - ent_lo, 0)
+  raw_lo, n_raw, ent_lo, n_ent = (steps_ref[r, i] for r in range(4))
   ent_at = entry_block0 + ent_lo - n_raw
   return n_raw + n_ent, lambda n: jnp.where(n < n_raw, raw_lo + n, ent_at + n)
 
@@ -100,8 +92,9 @@ def key_steps(i, bq, bk, entry_block0, window, kvlo, elo, ehi):
 def program_specs(cfg: Cfg, q_shape, n_cols: int):
   """BlockSpecs of a forward / dq program (grid: query block, row, kv head or head): its query
   tile, the whole K/V column buffer of its kv head, one column vector, one vector per column
-  block of block_k, one query vector."""
+  block of block_k, and the key blocks of every query block (``layout.query_key_blocks``)."""
   dp, gf, bq = q_shape[3], cfg.fwd_group, cfg.bq_fwd
+  n_q_blocks = q_shape[1] // bq
   kv_head = (lambda h_: h_) if gf > 1 else (lambda h_: h_ // cfg.group)  # grid axis 2 -> kv
   if gf > 1:  # the kv head's G query heads, as extra rows of the tile
     tile = pl.BlockSpec((None, bq, gf, dp), lambda i, b_, kv: (b_, i, kv, 0))
@@ -112,4 +105,4 @@ def program_specs(cfg: Cfg, q_shape, n_cols: int):
       kv=pl.BlockSpec((None, n_cols, None, dp), lambda i, b_, h_: (b_, 0, kv_head(h_), 0)),
       cols=pl.BlockSpec((None, n_cols), lambda i, b_, h_: (b_, 0)),
       blocks=pl.BlockSpec((None, n_cols // cfg.bk), lambda i, b_, h_: (b_, 0)),
-      q_vec=pl.BlockSpec((None, bq), lambda i, b_, h_: (b_, i)))
+      steps=pl.BlockSpec((None, 4, n_q_blocks), lambda i, b_, h_: (b_, 0, 0)))

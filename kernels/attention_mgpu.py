@@ -40,6 +40,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from kernels import layout
 from kernels.attention_gpu_common import F32, Cfg
 from kernels.padding import round_up
 
@@ -126,21 +127,18 @@ def _cdiv(a, b):
 def tile_bounds(kvlo, elo, ehi, window: int, bk: int):
   """B x (Tp / 64) x 8 int32: per 64-row tile its raw-key and entry block ranges.
 
-  The rules of ``attention_gpu_common.key_steps`` for 64-row tiles, with interior runs: query t
-  sees keys [kvlo[t], t] and entries [elo[t], ehi[t]) (all non-decreasing), so a tile needs
-  blocks from its first row's lower bound to its last row's upper one, and sees a block in full
-  (its interior) from its last row's lower bound to its first row's upper one.
+  The blocks a tile needs are ``layout.query_key_blocks`` of 64-row tiles (query t sees keys
+  [kvlo[t], t] and entries [elo[t], ehi[t]), all non-decreasing); it sees a block in full (its
+  interior) from its last row's lower bound to its first row's upper one.
   """
   b, tp = kvlo.shape
   tiles = lambda x: x.reshape(b, tp // ROWS, ROWS)
   kb, eb_lo, eb_hi = tiles(kvlo), tiles(elo), tiles(ehi)
   first = jnp.arange(tp // ROWS, dtype=jnp.int32)[None, :] * ROWS
-  r_lo = kb[..., 0] // bk if window > 0 else jnp.zeros_like(kb[..., 0])
-  r_hi = _cdiv(first + ROWS, bk) if window > 0 else r_lo  # no window: no raw step at all
+  r_lo, r_n, e_lo, e_n = layout.query_key_blocks(kvlo, elo, ehi, ROWS, bk, bk, window)
+  r_hi, e_hi = r_lo + r_n, e_lo + e_n  # no window: no raw step at all (r_n = 0)
   r_a = jnp.clip(_cdiv(kb[..., -1], bk), r_lo, r_hi)
   r_z = jnp.clip((first + 1) // bk, r_a, r_hi)
-  e_lo = eb_lo[..., 0] // bk
-  e_hi = _cdiv(eb_hi[..., -1], bk)
   e_a = jnp.clip(_cdiv(eb_lo[..., -1], bk), e_lo, e_hi)
   e_z = jnp.clip(eb_hi[..., 0] // bk, e_a, e_hi)
   cols = jnp.broadcast_arrays(r_lo, r_hi, r_a, r_z, e_lo, e_hi, e_a, e_z)
@@ -299,12 +297,13 @@ def _kernel(q_ref, kT_ref, v_ref, bias_ref, rows_ref, bounds_ref, sink_ref, o_re
   pl.when(wg == wgs)(producer)
 
 
-def forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, sink_hq, kvlo, elo, ehi):
+def forward(cfg: Cfg, q, k, v, lo, hi, blo, bhi, steps, sink_hq, kvlo, elo, ehi):
   """(o_BxTpxHxDp, lse_BxHxTp), the contract of ``attention_gpu._forward`` (same padded
   inputs: k and v the key buffer of raw keys then entries, lo / hi its columns' query ranges;
   Tp a multiple of ``program_rows(cfg)`` and ``key_block(cfg)``, Cp of the latter, Dp of 64).
-  Its per-tile ranges (``tile_bounds``) stand in for the Triton forward's column-block bounds."""
-  del blo, bhi
+  Its per-tile ranges (``tile_bounds``) stand in for the Triton forward's column-block bounds
+  and query blocks' steps."""
+  del blo, bhi, steps
   b, tp, h, dp = q.shape
   rows, bk, slots = program_rows(cfg), key_block(cfg), cfg.num_stages
   wgs = rows // ROWS

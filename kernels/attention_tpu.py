@@ -257,17 +257,14 @@ def _ranges(cfg: _Cfg, seg, eends, eseg, doc_start, doc_end):
   """Scalar-prefetch arrays: per query block (forward, dq) and per key/entry block (dk, dv),
   each kernel's followed by the bounds of the raw-key and entry blocks' query ranges that
   decide which tiles are interior (``layout.column_block_bounds``)."""
-  b, tp = seg.shape
+  tp = seg.shape[1]
   cp = eends.shape[1]
-  per = lambda x, n: x.reshape(b, -1, n)
-  cdiv = lambda x, n: -(-x // n)
   kvlo = layout.raw_key_start(seg, cfg.window, doc_start)
   elo, ehi = layout.visible_entry_range(eends, eseg, seg, doc_start)
-  raw_lo = jnp.min(per(kvlo, cfg.bq), axis=2) // cfg.bk
-  raw_hi = cdiv(jnp.arange(cfg.nq, dtype=jnp.int32) * cfg.bq + cfg.bq, cfg.bk)
-  ent_lo = jnp.min(per(elo, cfg.bq), axis=2) // cfg.bc
-  ent_n = jnp.maximum(cdiv(jnp.max(per(ehi, cfg.bq), axis=2), cfg.bc) - ent_lo, 0)
-  fwd = (raw_lo, raw_hi[None] - raw_lo, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
+  raw_lo, raw_n, ent_lo, ent_n = layout.query_key_blocks(kvlo, elo, ehi, cfg.bq, cfg.bk, cfg.bc,
+                                                         cfg.window)
+  # An entry block index past the entries (a query block that sees none) stays in range.
+  fwd = (raw_lo, raw_n, jnp.minimum(ent_lo, cp // cfg.bc - 1), ent_n)
   # dk/dv: a key or entry block walks the query blocks that hold a query seeing one of its
   # columns (``layout.key_columns``: padding and foreign entries are seen by nobody).
   lo, hi = layout.key_columns(seg, eends, eseg, doc_end, cfg.window)

@@ -246,6 +246,31 @@ def entry_query_range(entry_ends_BxC: Array, segment_ids_BxT: Array,
           jnp.where(inside, doc_end, t).astype(jnp.int32))
 
 
+def query_key_blocks(raw_start_BxT: Array, entry_start_BxT: Array, entry_stop_BxT: Array,
+                     block_q: int, block_k: int, block_c: int, window: int
+                     ) -> tuple[Array, Array, Array, Array]:
+  """(raw_lo, raw_n, entry_lo, entry_n), B x (T / block_q) int32: per block of ``block_q``
+  queries the raw-key blocks [raw_lo, raw_lo + raw_n) (of ``block_k`` keys) and the entry blocks
+  [entry_lo, entry_lo + entry_n) (of ``block_c`` entries) that hold a key or entry one of its
+  queries may see. Query t sees keys [raw_start[t], t] (``raw_key_start``) and entries
+  [entry_start[t], entry_stop[t]) (``visible_entry_range``), all non-decreasing in t, so the
+  block needs keys from its first query's start through its last query and entries from its
+  first query's start to its last query's stop. No window: no raw-key block. The forward and dq
+  kernels loop over these blocks."""
+  b, t = raw_start_BxT.shape
+  per = lambda x: x.reshape(b, -1, block_q)
+  cdiv = lambda x, n: -(-x // n)
+  if window > 0:
+    raw_lo = jnp.min(per(raw_start_BxT), axis=2) // block_k
+    past_last = jnp.arange(1, t // block_q + 1, dtype=jnp.int32)[None] * block_q
+    raw_n = jnp.maximum(cdiv(past_last, block_k) - raw_lo, 0)
+  else:
+    raw_lo = raw_n = jnp.zeros((b, t // block_q), jnp.int32)
+  ent_lo = jnp.min(per(entry_start_BxT), axis=2) // block_c
+  ent_n = jnp.maximum(cdiv(jnp.max(per(entry_stop_BxT), axis=2), block_c) - ent_lo, 0)
+  return tuple(x.astype(jnp.int32) for x in (raw_lo, raw_n, ent_lo, ent_n))
+
+
 def key_columns(seg_BxTp: Array, entry_ends_BxCp: Array, entry_segment_ids_BxCp: Array,
                 doc_end_BxTp: Array, window: int) -> tuple[Array, Array]:
   """(lo, hi), both B x (Tp + Cp) int32: the queries [lo, hi) that see each key column, raw
