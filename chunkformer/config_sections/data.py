@@ -36,6 +36,10 @@ class DataConfig:
   # symbols, then this many demonstrations and the target key.
   lookup_demos: int = 8
   lookup_padding: str = "mixed"  # prefix | in_sequence | mixed (drawn per row)
+  # random: each record's value drawn with replacement | distinct: distinct within a row, so
+  # answering an undemonstrated record's value without reading the target's is worth
+  # 1 / (num_pairs - lookup_demos) (data/lookup_shortcuts.py)
+  lookup_values: str = "random"
   # Code corpus.
   code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
@@ -56,5 +60,6 @@ class DataConfig:
     require(self.num_filler >= 1, "data.num_filler", f"must be >= 1, got {self.num_filler}")
     require(self.near_distance >= 0, "data.near_distance", "must be >= 0")
     one_of(self.lookup_padding, ("prefix", "in_sequence", "mixed"), "data.lookup_padding")
+    one_of(self.lookup_values, ("random", "distinct"), "data.lookup_values")
     require(self.lookup_demos >= 0, "data.lookup_demos", "must be >= 0")
     require(self.read_threads >= 0, "data.read_threads", "must be >= 0")

@@ -36,7 +36,8 @@ def spec(config: DataConfig, padding: str = "prefix") -> lookup_task.LookupSpec:
   return lookup_task.LookupSpec(
       seq_len=config.seq_len, keys=tokens["keys"], values=tokens["values"],
       filler=tokens["filler"], bos=tokens["bos"], num_records=config.num_pairs,
-      num_demos=config.lookup_demos, modulus=1, prompts_per_residue=1, padding=padding)
+      num_demos=config.lookup_demos, modulus=1, prompts_per_residue=1, padding=padding,
+      distinct_values=config.lookup_values == "distinct")
 
 
 def check(config: DataConfig) -> None:
@@ -49,6 +50,11 @@ def check(config: DataConfig) -> None:
     raise ConfigError(f"config field 'data.num_symbols': {config.num_symbols} symbols give "
                       f"{config.num_symbols // 2} keys (the first half), fewer than the "
                       f"{config.num_pairs} records of data.num_pairs")
+  if layout.distinct_values and config.num_symbols - config.num_symbols // 2 < config.num_pairs:
+    raise ConfigError(f"config field 'data.lookup_values': 'distinct' needs a value per record: "
+                      f"{config.num_symbols} symbols give "
+                      f"{config.num_symbols - config.num_symbols // 2} values (the second "
+                      f"half), fewer than the {config.num_pairs} records of data.num_pairs")
   if layout.free_filler < 0:
     need = layout.seq_len - layout.free_filler
     raise ConfigError(f"config field 'data.seq_len': {config.seq_len} tokens cannot hold "

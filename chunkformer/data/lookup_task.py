@@ -88,6 +88,11 @@ class LookupSpec:
   # (matched_positions.matched_positions, what the committed sweeps used); "shift": one
   # multiset of positions shifted by the residue (matched_positions.shifted_positions)
   positions: str = "moments"
+  # False: each record's value drawn from ``values`` with replacement (the committed sweeps);
+  # True: the records' values distinct within a prompt, so no value is more frequent than
+  # another and a strategy that never reads the target's record is worth 1 / candidates
+  # (``lookup_shortcuts``)
+  distinct_values: bool = False
 
   @property
   def start(self) -> int:
@@ -118,6 +123,9 @@ class LookupSpec:
       bad("keys", f"{len(set(self.keys))} distinct key tokens for {self.num_records} records")
     if not self.values:
       bad("values", "no value tokens")
+    if self.distinct_values and len(set(self.values)) < self.num_records:
+      bad("values", f"{len(set(self.values))} distinct value tokens cannot give "
+                    f"{self.num_records} records distinct values (distinct_values)")
     special = {self.filler} | ({self.bos} if self.bos is not None else set())
     if special & (set(self.keys) | set(self.values)) or set(self.keys) & set(self.values):
       bad("keys", "key, value, filler and BOS tokens must be disjoint")
@@ -208,7 +216,7 @@ def place(rng: np.random.Generator, spec: LookupSpec, t_k: int,
     j = int(rng.integers(j_lo, j_hi + 1))
   at = _record_offsets(rng, spec, t_k, j)
   k = rng.choice(np.asarray(spec.keys), r_count, replace=False)
-  v = rng.choice(np.asarray(spec.values), r_count)
+  v = rng.choice(np.asarray(spec.values), r_count, replace=not spec.distinct_values)
   row[at], row[at + 1] = k, v
   demos = rng.choice(np.delete(np.arange(r_count), j), spec.num_demos, replace=False)
   demo_start = spec.region_end + 1

@@ -32,7 +32,13 @@ import numpy as np
 from chunkformer import run_tokens
 from chunkformer import workdir as workdir_lib
 from chunkformer.config import ConfigError
-from chunkformer.data import long_needle, lookup_task, matched_positions, word_tokens
+from chunkformer.data import (
+  long_needle,
+  lookup_shortcuts,
+  lookup_task,
+  matched_positions,
+  word_tokens,
+)
 from chunkformer.evaluation import stats
 from chunkformer.evaluation.probes import loaded_model, needle_sweep
 from chunkformer.evaluation.probes.base import Primary, ProbeContext, ProbeResult
@@ -204,13 +210,15 @@ def _checked(spec, name: str):
 def lookup_spec(context: ProbeContext, name: str, *, modulus: int, prompts_per_residue: int,
                 num_records: int, num_demos: int, padding: str, keys, values, filler,
                 bos, vocabulary: str = TASK, word_seed: int = 0, num_keys: int = 0,
-                num_values: int = 0, positions: str = "moments") -> lookup_task.LookupSpec:
+                num_values: int = 0, positions: str = "moments",
+                distinct_values: bool = False) -> lookup_task.LookupSpec:
   """The lookup task of probe ``name`` on the context's model (defaults as in ``probe``),
   checked: a ConfigError naming ``sweep.probes.<name>`` and the field otherwise."""
   tokens = _tokens(context, name, keys, values, filler, bos, vocabulary, word_seed, num_keys,
                    num_values)
   spec = lookup_task.LookupSpec(seq_len=context.trained.config.data.seq_len, modulus=modulus,
                                 num_demos=num_demos, padding=padding, positions=positions,
+                                distinct_values=distinct_values,
                                 prompts_per_residue=_per_residue(modulus, prompts_per_residue),
                                 **tokens)
   if not num_records:
@@ -226,7 +234,7 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
           keys: Sequence[int] | None = None, values: Sequence[int] | None = None,
           filler: int | None = None, bos: int | str | None = DEFAULT, vocabulary: str = TASK,
           word_seed: int = 0, num_keys: int = 0, num_values: int = 0,
-          positions: str = "moments") -> ProbeResult:
+          positions: str = "moments", distinct_values: bool = False) -> ProbeResult:
   """The ``lookup`` entry of ``PROBES``: the lookup task in each of ``paddings``
   (``lookup_task.ALL_PADDINGS``), target positions drawn by the design ``positions``
   (``lookup_task.POSITION_DESIGNS``).
@@ -234,14 +242,17 @@ def probe(context: ProbeContext, modulus: int = 24, prompts_per_residue: int = 0
   ``prompts_per_residue`` 0 takes the smallest group that matches exactly (576 for modulus
   24); ``num_records`` 0 takes min(64, distinct keys, a quarter of the record region's
   tokens) so that padding has room to vary, and then caps ``num_demos`` below the records;
-  ``stride`` 0 is the model's chunk size (the stride-repeat check).
+  ``stride`` 0 is the model's chunk size (the stride-repeat check); ``distinct_values``: the
+  records' values distinct within a prompt (the retrieval design, ``lookup_shortcuts``). The
+  record stores, per padding, the best accuracy of a strategy that never reads the target's
+  record (``shortcuts``) beside the model's.
   """
   result, matrices = lookup_test(
       context, lambda spec: predictor(context, vocabulary), modulus=modulus,
       prompts_per_residue=prompts_per_residue, num_records=num_records, num_demos=num_demos,
       paddings=paddings, seed=seed, stride=stride, keys=keys, values=values, filler=filler,
       bos=bos, vocabulary=vocabulary, word_seed=word_seed, num_keys=num_keys,
-      num_values=num_values, positions=positions)
+      num_values=num_values, positions=positions, distinct_values=distinct_values)
   return ProbeResult(result.to_record(), matrices, primary=_primary(context, matrices))
 
 
@@ -249,6 +260,7 @@ def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per
                 num_records: int, num_demos: int, paddings: Sequence[str], seed: int,
                 stride: int, keys, values, filler, bos, vocabulary: str, word_seed: int,
                 num_keys: int, num_values: int, positions: str = "moments",
+                distinct_values: bool = False,
                 name: str = "lookup") -> tuple[ResidueTest, dict[str, correctness.Matrix]]:
   """``probe``'s test and matrices (per padding) with the predictor ``predict_for(spec)``
   (``spec``: the padding's checked ``LookupSpec``); ``name`` is the probe entry errors name."""
@@ -257,21 +269,25 @@ def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per
                num_values=num_values)
   specs = [lookup_spec(context, name, modulus=modulus, prompts_per_residue=prompts_per_residue,
                        num_records=num_records, num_demos=num_demos, padding=padding, keys=keys,
-                       values=values, filler=filler, bos=bos, positions=positions, **words)
+                       values=values, filler=filler, bos=bos, positions=positions,
+                       distinct_values=distinct_values, **words)
            for padding in paddings]
   if not specs:
     raise ConfigError(f"config field 'sweep.probes.{name}.paddings': name at least one of "
                       f"{', '.join(lookup_task.PADDINGS)}")
   predictors = [predict_for(spec) for spec in specs]  # every one refused before any is run
-  modes, matrices = {}, {}
+  modes, matrices, shortcuts = {}, {}, {}
   for spec, predict in zip(specs, predictors, strict=True):
-    modes[spec.padding], matrices[spec.padding] = _score(predict,
-                                                         lookup_task.generate(spec, seed), s)
+    prompts = lookup_task.generate(spec, seed)
+    modes[spec.padding], matrices[spec.padding] = _score(predict, prompts, s)
+    shortcuts[spec.padding] = lookup_shortcuts.baselines(spec, prompts).record()
   spec = specs[-1]
   result = ResidueTest("lookup", spec.seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), modes,
                        {"num_records": spec.num_records, "num_demos": spec.num_demos,
-                        "seed": seed, **_vocabulary_settings(spec, **words)})
+                        "seed": seed, "positions": positions,
+                        "distinct_values": distinct_values, **_vocabulary_settings(spec, **words)},
+                       shortcuts)
   return result, matrices
 
 

@@ -23,6 +23,10 @@ class ResidueTest:
   validation_loss: float | None  # the run's held-out loss at its last step, if recorded
   modes: dict[str, residue_accuracy.ResidueAccuracy]
   settings: dict[str, Any]  # the task fields used (records, demonstrations, key length, ...)
+  # padding -> the best strategy that never reads the target's record, its mean and
+  # per-residue accuracy, every strategy's mean (``data/lookup_shortcuts.Shortcuts.record``);
+  # None where the probe has no shortcut (the long needle) or the record predates it
+  shortcuts: dict[str, Any] | None = None
 
   def to_record(self) -> dict[str, Any]:
     """JSON-ready (tuples as lists), equal to what results.json reads back."""
