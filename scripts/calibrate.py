@@ -2,7 +2,7 @@
 sweeps' accuracies and sizes. One command regenerates everything:
 
   python scripts/calibrate.py [--parts lookup,needles,c5,eviction,e3,mechanism,eviction_lookup,e6,
-                                      gate_floor]
+                                      gate_floor,retrieval_gate]
                               [--seed 0]
                               [--small] [--out results/calibration]
 
@@ -44,6 +44,7 @@ from chunkformer.evaluation.stats import (  # noqa: E402
   calibration,
   matrix_calibration,
   period_effect,
+  retrieval_gate,
   shared_prompts,
 )
 from chunkformer.studies.eviction.claims import calibration as eviction_calibration  # noqa: E402
@@ -104,9 +105,10 @@ def report(rows, reps: int, phis: dict[str, float]) -> str:
 
 
 PARTS = ("lookup", "needles", "c5", "eviction", "e3", "mechanism", "eviction_lookup", "e6",
-         "gate_floor")
+         "gate_floor", "retrieval_gate")
 REPS = {"lookup": 2000, "needles": 250, "c5": 2000, "eviction": 250, "e3": 2000,
-        "mechanism": 2000, "eviction_lookup": 1000, "e6": 500, "gate_floor": 200}
+        "mechanism": 2000, "eviction_lookup": 1000, "e6": 500, "gate_floor": 200,
+        "retrieval_gate": 1000}
 TITLES = {
     "needles": "C1 and C2 (needle study's period test and the one \"no period\" standard), "
                "and the bootstrap intervals under the two poolings",
@@ -120,6 +122,8 @@ TITLES = {
     "e6": "E6 (McNemar per seed, the sign-flip test over prompts pooled)",
     "gate_floor": "The power gate of claim rules 4 (floored) against rules 1-3's, on the "
                   "lookup part's truths and at the ceiling",
+    "retrieval_gate": "The retrieval gate of claim rules 5 (a unit learned the lookup when "
+                      "its one-sided 99% lower bound clears the best shortcut + 10 points)",
 }
 
 
@@ -150,7 +154,8 @@ def _matrix_part(part: str, args, reps: int) -> dict:
          "e6": lambda: lookup_calibration.e6_run(
              reps, seed=args.seed, num_permutations=perms if args.small else None),
          "gate_floor": lambda: calibration.gate_floor_run(reps, seed=args.seed,
-                                                          positions_YxR=paper_positions())}[part]
+                                                          positions_YxR=paper_positions()),
+         "retrieval_gate": lambda: retrieval_gate.calibration_run(reps, seed=args.seed)}[part]
   out = {"reps": reps, "seed": args.seed, "permutations": perms,
          "rows": [r.record() for r in run()]}
   if part == "needles":
@@ -166,7 +171,7 @@ def _matrix_part(part: str, args, reps: int) -> dict:
                      for k, (t, m) in lookup_calibration.TRUTHS.items()}
   if part == "e6":
     out["permutations"] = perms if args.small else lookup_calibration.lookup_claims.E6_FLIPS
-  if part == "gate_floor":
+  if part in ("gate_floor", "retrieval_gate"):
     out["permutations"] = 0  # closed-form decisions
   return out
 

@@ -18,6 +18,8 @@ BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=1
 PERIODIC = np.tile([0.9] * 7 + [0.2], 3)  # period 8, phase 7 weak
 FLAT = np.full(24, 0.6)
 CHANCE = np.full(24, 0.04)
+# every prompt's best non-reading strategy: a random value of 32 (the retrieval gate's floor)
+SHORTCUTS = {p: {"mean": 1 / 32} for p in ("prefix", "in_sequence")}
 
 
 def _answers(curve, seed, prompts=576):
@@ -34,7 +36,7 @@ def _sweep(rows):
       unit = f"{name}_seed{k}"
       records.append(VariantRecord(
           VariantSetup(name, attention, attention, chunk_size=s, seed=k, name=unit),
-          BASE, "lookup", 100, None, probes={"lookup": {"modes": {}}}))
+          BASE, "lookup", 100, None, probes={"lookup": {"modes": {}, "shortcuts": SHORTCUTS}}))
       x = _answers(curve, 100 * i + k)
       phases = np.broadcast_to(np.arange(24) % 8, x.shape) if attention == "dynamic" else None
       m = correctness.Matrix(x, np.arange(24), phases_YxJ=phases)

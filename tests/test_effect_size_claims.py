@@ -19,6 +19,7 @@ from chunkformer.studies.paper.claims import effect_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(ROOT, "results", "paper_protocol")
+SHORTCUT = 1 / 32  # constructed rows: the best non-reading strategy is a random value
 
 
 def _answers(curve_R, prompts=576, seed=0):
@@ -33,10 +34,10 @@ def _matrix(x, positions=None):
 
 def _decisions(rows):
   """Decisions over constructed rows: name -> (stride or None, [per-seed matrices])."""
-  units = {f"{n}_seed{i}": {p: effect_size._decide([_matrix(x)], s)
+  units = {f"{n}_seed{i}": {p: effect_size._decide([_matrix(x)], s, shortcut=SHORTCUT)
                             for p in effect_size.PADDINGS}
            for n, (s, xs) in rows.items() for i, x in enumerate(xs)}
-  pooled = {n: {p: effect_size._decide([_matrix(x) for x in xs], s)
+  pooled = {n: {p: effect_size._decide([_matrix(x) for x in xs], s, shortcut=SHORTCUT)
                 for p in effect_size.PADDINGS}
             for n, (s, xs) in rows.items()}
   members = {n: tuple(f"{n}_seed{i}" for i in range(len(xs))) for n, (_, xs) in rows.items()}
@@ -96,7 +97,7 @@ def _judged():
 
 
 @pytest.mark.parametrize("claim_id, plan, effect", [
-    ("C10", "NOT REPRODUCED", "INCONCLUSIVE"), ("C11", "INCONCLUSIVE", "REPRODUCED"),
+    ("C10", "NOT REPRODUCED", "INCONCLUSIVE"), ("C11", "INCONCLUSIVE", "INCONCLUSIVE"),
     ("C12", "INCONCLUSIVE", "INCONCLUSIVE")])
 def test_the_committed_claims_show_both_verdicts(claim_id, plan, effect):
   results, judged = _judged()
@@ -105,6 +106,8 @@ def test_the_committed_claims_show_both_verdicts(claim_id, plan, effect):
   assert claim.verdict == plan
   now = {c.id: c for c in judged.current}[claim_id]
   assert now.verdict == effect and "period by effect size" in now.reason
+  if claim_id == "C11":  # 12.8-14.2%, below the best shortcut (20.9%): claim rules 5
+    assert "did not learn" in now.reason
   stored = {c.id: c for c in results.current_claims}[claim_id]
   assert stored.verdict == effect and results.current_rules == claim_rules.CURRENT
 
@@ -116,7 +119,7 @@ def test_committed_units_periodic_with_s_where_learned_and_full_attention_flat()
     stride = d.strides[row]
     for unit in [*members, row]:
       decision = (d.units[unit] if unit in d.units else d.rows[row])["prefix"]
-      if stride is None:
+      if stride is None:  # the sweep's own rules (1): no retrieval gate
         assert decision.verdict == period_effect.FLAT, unit
       elif decision.verdict != period_effect.UNDECIDED:  # learned: past the power gate
         assert (decision.verdict, decision.period) == (period_effect.PERIODIC, stride), unit

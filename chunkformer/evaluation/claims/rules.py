@@ -26,6 +26,13 @@ Version 4 (2026-12-05, written after plan version 5's first 61 units had been ju
 preview, which showed the defect): the power gate's binomial variance and design effect are
 floored as the residue variances are, so a unit answering every prompt is not called
 undecided for lack of power.
+Version 5 (2026-12-07, written after plan version 5's results had been read, which showed the
+defect): the lookup's retrieval gate. A full-attention unit counts as having learned the lookup
+only when its accuracy clears the best strategy that never reads the target key's record
+(``data/lookup_shortcuts.py``) by 10 points with the prompt as the unit; below it, it decides
+neither C11 nor as C13's reference ("did not learn"). A unit at or above 99% or at or below
+that shortcut decides no period claim in either direction, and the power gate's chance level
+is the shortcut's accuracy.
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ class Rules:
   # The power gate's binomial variance and design effect floored like the residue variances
   # (False: a unit at 100% had a design effect near 1e9 and a power near alpha).
   floored_design_effect: bool = False
+  # The lookup's retrieval gate (``stats.retrieval_gate``): a full-attention unit decides only
+  # when it beats the best strategy that never reads the target's record by the gate's margin,
+  # no unit at the ceiling or at that shortcut's floor decides a period claim, and the power
+  # gate's chance level is the shortcut's accuracy (False: 1 / 32 of the values).
+  retrieval_gate: bool = False
 
   def min_agree(self, num_seeds: int) -> int:
     """Seeds that must agree for a variant with ``num_seeds`` seeds to decide."""
@@ -89,8 +101,11 @@ RULES = {
     "4": Rules("4", "2026-12-05", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
                decided_blocks_only=True, period=EFFECT_SIZE, c13_pairing=SAME_KV_HEADS,
                position_term=True, floored_design_effect=True),
+    "5": Rules("5", "2026-12-07", one_seed_decides=False, seed_pooling=PROMPT_MEAN,
+               decided_blocks_only=True, period=EFFECT_SIZE, c13_pairing=SAME_KV_HEADS,
+               position_term=True, floored_design_effect=True, retrieval_gate=True),
 }
-CURRENT = "4"
+CURRENT = "5"
 CURRENT_RULES = RULES[CURRENT]  # the default of every function that judges under rules
 UNVERSIONED = "1"  # a results.json written before the rules had versions
 
@@ -132,6 +147,16 @@ CHANGES = {
          "design effect near 1e9 and a power near alpha: cure_stagger_8kv and cure_w4s2_1kv, "
          "at 100% in every residue, were called undecided; seen in a preview of plan version "
          "5's first 61 units, before the last 37 were trained, and changed after it"),
+    ),
+    "5": (
+        ("the lookup's retrieval gate: a full-attention unit decides C11 or serves as C13's "
+         "reference only when its one-sided 99% lower bound clears the best strategy that "
+         "never reads the target's record by 10 points; no unit at >= 99% or at or below that "
+         "shortcut decides a period claim; the power gate's chance level is the shortcut",
+         "plan version 5's 14 demonstrations of 16 records leave the target one of 2 "
+         "undemonstrated records: answering a random one's value scores 51.7%, the last one's "
+         "61.6% (prefix padding), and every full-attention unit sat at 50.4-52.1%, so C11 was "
+         "decided on controls that did not retrieve; written after those results were read"),
     ),
 }
 

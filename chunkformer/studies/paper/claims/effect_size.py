@@ -25,7 +25,7 @@ from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.claim import Claim
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats import period_effect, residue_effect
+from chunkformer.evaluation.stats import period_effect, residue_effect, retrieval_gate
 from chunkformer.evaluation.stats.seed_rule import (
     INCONCLUSIVE,
     SeedAgreement,
@@ -50,12 +50,13 @@ class Decisions:
   strides: Mapping[str, int | None]  # row -> S (None: full attention)
 
 
-def _gate(stride: int | None) -> tuple[float, int, float]:
+def _gate(stride: int | None, chance: float = CHANCE) -> tuple[float, int, float]:
   """The power gate's smallest effect of interest: a 20-point dip at one phase of S for a
-  periodic claim, a 6-point dip at one phase of 8 for a flat one."""
+  periodic claim, a 6-point dip at one phase of 8 for a flat one (``chance``: the accuracy
+  the dip may not fall below)."""
   if stride is None:
-    return period_effect.FLAT_DIP, 8, CHANCE
-  return period_effect.PERIODIC_DIP, stride, CHANCE
+    return period_effect.FLAT_DIP, 8, chance
+  return period_effect.PERIODIC_DIP, stride, chance
 
 
 def _matrix(load: correctness.Loader | None, unit: str,
@@ -64,23 +65,43 @@ def _matrix(load: correctness.Loader | None, unit: str,
 
 
 def _decide(stack: list[correctness.Matrix | None], stride: int | None,
-            rules: claim_rules.Rules = claim_rules.CURRENT_RULES):
+            rules: claim_rules.Rules = claim_rules.CURRENT_RULES,
+            shortcut: float | None = None):
+  """The period decision of ``stack`` (seeds over the same prompts); under the retrieval gate
+  (claim rules 5) ``shortcut`` is the prompts' best non-reading accuracy."""
   if not stack or any(x is None for x in stack) or len({x.correct_YxJ.shape
                                                         for x in stack}) != 1:
     return None
   positions = correctness.shared_positions(stack) if rules.position_term else None
-  table = residue_effect.from_prompts(np.stack([x.correct_YxJ for x in stack]),
-                                      positions_YxR=positions)
-  return period_effect.decide(table, gate=_gate(stride),
-                              floored_gate=rules.floored_design_effect)
+  outcomes = np.stack([x.correct_YxJ for x in stack])
+  table = residue_effect.from_prompts(outcomes, positions_YxR=positions)
+  chance = CHANCE if not rules.retrieval_gate or shortcut is None else shortcut
+  found = period_effect.decide(table, gate=_gate(stride, chance),
+                               floored_gate=rules.floored_design_effect)
+  why = _not_deciding(outcomes.mean(axis=0), stride, shortcut) if rules.retrieval_gate else ""
+  if not why:
+    return found
+  return dataclasses.replace(found, verdict=period_effect.UNDECIDED, period=None,
+                             reason="; ".join(x for x in (why, found.reason) if x))
+
+
+def _not_deciding(per_prompt: np.ndarray, stride: int | None, shortcut: float | None) -> str:
+  """Why a unit (seeds averaged per prompt) decides no period claim under the retrieval gate:
+  no shortcut recorded, for full attention not past the gate ("did not learn"), at the
+  ceiling or at the shortcut's floor ('' when it decides)."""
+  if shortcut is None:
+    return "no shortcut baseline recorded for these prompts (the retrieval gate needs it)"
+  why = retrieval_gate.gate(per_prompt, shortcut).reason if stride is None else ""
+  return why or retrieval_gate.at_floor_or_ceiling(float(per_prompt.mean()), shortcut)
 
 
 def decide_units(load: correctness.Loader | None, units: Sequence[str], padding: str,
-                 stride: int | None, rules: claim_rules.Rules = claim_rules.CURRENT_RULES
-                 ) -> period_effect.PeriodDecision | None:
-  """The period decision of ``units`` pooled (the prompt as the unit) in one padding role;
-  None without every unit's stored matrix."""
-  return _decide([_matrix(load, u, padding) for u in units], stride, rules)
+                 stride: int | None, rules: claim_rules.Rules = claim_rules.CURRENT_RULES,
+                 shortcut: float | None = None) -> period_effect.PeriodDecision | None:
+  """The period decision of ``units`` pooled (the prompt as the unit) in one padding role
+  (``shortcut``: their prompts' best non-reading accuracy, ``pr.shortcut``); None without
+  every unit's stored matrix."""
+  return _decide([_matrix(load, u, padding) for u in units], stride, rules, shortcut)
 
 
 def describe(d: period_effect.PeriodDecision | None) -> str:
@@ -101,9 +122,11 @@ def decisions(records: Sequence[VariantRecord], load: correctness.Loader | None,
   units, rows = {}, {}
   for v, members in found.items():
     for u in members:
-      units[u.name] = {p: _decide([_matrix(load, u.name, p)], strides[v], rules)
+      units[u.name] = {p: _decide([_matrix(load, u.name, p)], strides[v], rules,
+                                  pr.shortcut(u, p))
                        for p in PADDINGS}
-    rows[v] = {p: _decide([_matrix(load, u.name, p) for u in members], strides[v], rules)
+    rows[v] = {p: _decide([_matrix(load, u.name, p) for u in members], strides[v], rules,
+                          pr.shortcut(members[0], p))
                for p in PADDINGS}
   return Decisions(units, rows, {v: tuple(u.name for u in m) for v, m in found.items()},
                    strides)
@@ -114,9 +137,15 @@ def prepare(e) -> Decisions:
   return decisions(e.records, e.matrices, e.rules)
 
 
+# Why a unit is undecided under the retrieval gate, in the words its verdict line shows.
+_GATE_WORDS = ("did not learn", "at ceiling", "at the floor")
+
+
 def _text(d: period_effect.PeriodDecision | None) -> str:
   if d is None:
     return "no matrix"
+  if d.verdict == period_effect.UNDECIDED:
+    return next((w for w in _GATE_WORDS if d.reason.startswith(w)), d.verdict)
   return f"periodic {d.period}" if d.verdict == period_effect.PERIODIC else d.verdict
 
 
@@ -230,6 +259,8 @@ def flat_reference(d: Decisions | None) -> Callable[[str], str]:
     found = None if d is None else d.rows.get(row, {}).get(DECIDING)
     if found is None:
       return "no stored answer matrices to decide it"
+    if found.reason.startswith("did not learn"):  # the retrieval gate (claim rules 5)
+      return found.reason.split("; ")[0]
     if found.verdict != period_effect.FLAT:
       return f"it is not judged flat by effect size ({_text(found)})"
     return ""

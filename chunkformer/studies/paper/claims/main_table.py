@@ -19,6 +19,7 @@ import numpy as np
 
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
+from chunkformer.evaluation.stats import retrieval_gate
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
 from chunkformer.studies.paper.claims import effect_size, lookup_shape
 from chunkformer.studies.paper.claims import paper_rows as pr
@@ -58,6 +59,14 @@ class SizeRow:
   prefix: ResidueAccuracy | None
   shape: Shape | None
   decision: str  # the period decision by effect size ("periodic 8", "flat", ...)
+  # the prompts' best non-reading strategy (``pr.shortcut``), None where not recorded: a row
+  # within the retrieval gate's margin of it has no phases that work, only noise around it
+  shortcut: float | None = None
+
+  @property
+  def at_shortcut(self) -> bool:
+    return (self.shortcut is not None and self.prefix is not None
+            and self.prefix.mean < self.shortcut + retrieval_gate.MARGIN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,10 +141,10 @@ def size_trend(found: Mapping[str, Sequence[VariantRecord]], load: correctness.L
       modulus = None if prefix is None else prefix.modulus
       stride = effect_size.stride_of(units[0].setup)
       decision = effect_size.decide_units(load, [u.name for u in units], "prefix", stride,
-                                          rules)
+                                          rules, pr.shortcut(units[0], "prefix"))
       out.append(SizeRow(row, size, variant, len(units), prefix,
                          lookup_shape.shapes(units, load, modulus)["prefix"],
-                         effect_size.describe(decision)))
+                         effect_size.describe(decision), pr.shortcut(units[0], "prefix")))
   return tuple(out)
 
 

@@ -113,6 +113,15 @@ def lookup_modes(record: VariantRecord) -> dict[str, ResidueAccuracy] | None:
   return modes
 
 
+def shortcut(record: VariantRecord, padding: str) -> float | None:
+  """The best accuracy of a strategy that never reads the target's record on the unit's
+  lookup prompts of one padding role (``data/lookup_shortcuts.py``), or None where the record
+  does not store it."""
+  stored = ((record.probes or {}).get(LOOKUP) or {}).get("shortcuts") or {}
+  found = next((stored[k] for k in MATRIX_KEYS[padding] if k in stored), None)
+  return None if found is None else float(found["mean"])
+
+
 def rows(records: Sequence[VariantRecord],
          keep: Callable[[VariantRecord], bool]) -> dict[str, list[VariantRecord]]:
   """variant -> its kept units, by seed."""
