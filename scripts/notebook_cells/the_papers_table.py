@@ -28,7 +28,9 @@ before the runs (`docs/claims.md`). This notebook opens the newest committed swe
 table (`results/paper_plan5`, else plan version 4's `results/paper_protocol`) and draws, from
 its stored records and answers only:
 
-1. each claim's verdict (C10-C16 the paper's, C17-C21 the cures, E4-E6 eviction on the lookup);
+1. what the units were trained on and whether its full-attention controls retrieve (plan 5's
+   answer by elimination: see the first lines), then each claim's verdict (C10-C16 the
+   paper's, C17-C21 the cures, E4-E6 eviction on the lookup);
 2. the paper-style main table, the paper's published row under each of ours;
 3. the main figure: accuracy by residue for the paper's strides, full attention and the cures,
    then every row;
@@ -53,6 +55,7 @@ notebook.setup()
 sweep = committed.open_sweep(committed.newest(committed.results_root()))
 print(f"{sweep.directory}: {len(sweep.results.variants)} units, {len(sweep.tables.rows)} rows, "
       f"run by `{sweep.results.command}`")
+display(Markdown(committed.regime(sweep)))  # what the units are; do the controls retrieve?
 display(Markdown(committed.verdict_table(sweep)))"""),
     ("markdown", """
 ## 2. The main table

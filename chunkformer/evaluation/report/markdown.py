@@ -166,7 +166,7 @@ class RulesChange:
 
 def rules_section(change: RulesChange, claims: Sequence[Claim]) -> list[str]:
   """Each claim's verdict under the sweep's own rules and under the current ones, the changes
-  and why, and the current rules' reason for every claim whose verdict differs."""
+  and why, and the current rules' reason for every claim whose verdict or seed count differs."""
   now = {c.id: c for c in change.current_claims}
   lines = [f"### Verdicts under the current claim rules (version {change.current}, "
            f"{change.current_written})", "",
@@ -187,9 +187,9 @@ def rules_section(change: RulesChange, claims: Sequence[Claim]) -> list[str]:
     lines[-1] += " Every claim has the same verdict and seed count under the current rules."
   lines += ["", "What changed, and why:", ""]
   lines += [f"- {what}: {why}." for what, why in change.changes]
-  differing = [now[c.id] for c in claims if c.id in now and now[c.id].verdict != c.verdict]
+  differing = [now[c.id] for c in claims if c.id in now and c.id in moved]
   if differing:
-    lines += ["", "Where the verdict differs, the current rules' reason:", ""]
+    lines += ["", "Where the verdict or the seed count differs, the current rules' reason:", ""]
     lines += [f"- {c.id} {c.verdict} ({c.seeds_agreeing}): {c.reason}" for c in differing]
   return lines
 
@@ -203,7 +203,7 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
                   verdicts: Sequence[str] = (), intro: str = "",
                   images: Mapping[str, str] | None = None, directory: str = ".",
                   claims: Sequence[Claim] = (), summary: Sequence[str] = (),
-                  rules: RulesChange | None = None) -> str:
+                  rules: RulesChange | None = None, regime: Sequence[str] = ()) -> str:
   """The report as markdown text; image paths are made relative to ``directory``.
 
   Args:
@@ -217,10 +217,11 @@ def render_report(records: Sequence[VariantRecord], *, title: str,
     summary: markdown lines the summary shows after the claims (the plan, the paper-style
       table and its comparison lines, ``paper_table``).
     rules: the claims under the current rules, when older rules decide (``rules_section``).
+    regime: lines under the title, before the summary (what the models are, the caveat).
   """
   # A summary a reader can stop after (the claims' verdicts, the table, the main figure); the
   # claims' reasons, the settings, the verdict lines and the per-variant detail follow it.
-  lines = [f"# {title}", "", "## Summary", ""]
+  lines = [f"# {title}", "", *regime, "## Summary", ""]
   if claims:
     lines += [claims_table(claims), ""]
   if claims and rules is not None:

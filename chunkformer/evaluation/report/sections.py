@@ -38,6 +38,8 @@ class ReportHooks:
   probe_sections: Callable[[Sequence[VariantRecord]], str] | None = None
   overview: Callable[[View], Mapping[str, str]] | None = None  # caption -> PNG, report's top
   summary: Callable[[View], list[str]] | None = None  # the summary's lines after the claims
+  # the report's first lines: what the models are and the caveat a reviewer would raise
+  regime: Callable[[View], list[str]] | None = None
   sections: Callable[[View], str] | None = None  # after the probe tables
 
 

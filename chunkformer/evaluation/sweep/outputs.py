@@ -132,7 +132,7 @@ def write(sweep: sweep_config.Sweep, workdir: str, records: list[VariantRecord],
                               intro=_intro(sweep, command, date, wall) + intro_note,
                               images=overview, directory=workdir, claims=claims,
                               rules=_rules_change(judged),
-                              summary=_summary(s, plan, views))
+                              summary=_summary(s, plan, views), regime=_regime(views))
   studies = "".join(hooks.sections(views[study]) for study, hooks in study_sections.HOOKS.items()
                     if hooks.sections)
   workdir_lib.write_text(report_path, text + probe_tables.sections(records) + studies)
@@ -158,6 +158,12 @@ def _summary(settings: sweep_config.SweepSettings, plan: Mapping[str, Any] | Non
     if added:
       lines += ([""] if lines else []) + added
   return lines
+
+
+def _regime(views: Mapping[str, study_sections.View]) -> list[str]:
+  """The report's first lines: each study's account of what its models are (``regime``)."""
+  return [line for study, hooks in study_sections.HOOKS.items() if hooks.regime
+          for line in hooks.regime(views[study])]
 
 
 def _rules_change(judged: judging.Judged) -> markdown.RulesChange | None:

@@ -26,6 +26,7 @@ from chunkformer.studies.paper.probes import gate_concentration, gate_cycling, h
 from chunkformer.studies.paper.report import (
     mechanism_plots,
     paper_table,
+    regime,
     residue_tables,
     shape_tables,
 )
@@ -104,6 +105,7 @@ STUDY = Study(
         probe_sections=residue_tables.probe_section,
         overview=paper_table.overview,
         summary=paper_table.summary,
+        regime=regime.lines,
         sections=shape_tables.section,
     ),
 )

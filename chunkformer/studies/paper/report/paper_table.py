@@ -201,8 +201,9 @@ def _c13(tables: Tables) -> str:
   a, b = (("-" if x is None else f"{x:.1f}")
           for x in (tables.worst_spread, tables.paper_worst_spread))
   return (f"among rows within 5 points in prefix mean, the worst residue differs by up to {a} "
-          f"points in ours and {b} in the paper's published rows (the paper publishes no "
-          "full-attention row)")
+          f"points in ours and {b} in the paper's published compressed rows (its three "
+          "full-attention rows, `results/period_effect/published_full_attention.json`, are not "
+          "in this count)")
 
 
 _MECHANISM = ("the paper's published data hold no {what} values (only the knockout maps' "
@@ -269,12 +270,15 @@ def size_table(tables: Tables) -> list[str]:
   lines = ["### How the regime changes with size (described, no claim)", "",
            "Lookup test, prefix padding, the seeds every size has pooled (the prompt as the "
            "unit); accuracy %; phases that work: one-sided 95% lower bound >= 50% (of S, or of "
-           "8 for full attention); the period decision by effect size.", "",
+           "8 for full attention; '-' for a row less than 10 points above the best strategy "
+           "that never reads the target's record, whose phases are noise around that "
+           "shortcut); the period decision by effect size.", "",
            "| row | size | seeds | mean | worst (residue) | gap | phases that work | "
            "period decision |", "|:--|:--|--:|--:|--:|--:|--:|:--|"]
   for r in tables.sizes:
     mean, worst, gap = _cells(r.prefix)
-    works = "-" if r.shape is None else f"{len(r.shape.working)} of {r.shape.stride}"
+    works = ("-" if r.shape is None or r.at_shortcut
+             else f"{len(r.shape.working)} of {r.shape.stride}")
     lines.append(f"| {r.row} | {r.size} ({r.variant}) | {r.seeds} | {mean} | {worst} | {gap} | "
                  f"{works} | {r.decision} |")
   return lines
