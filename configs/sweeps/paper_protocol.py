@@ -6,6 +6,7 @@ gate cycling (W = S models) and KV-head knockouts, as probes of one sweep.
   python eval.py --config configs/sweeps/paper_protocol.py:runs/my_run --workdir DIR
   python eval.py --config configs/sweeps/paper_protocol.py:cpu_study \
       --workdir results/paper_protocol
+  python eval.py --config configs/sweeps/paper_protocol.py:retrieval:RUN_DIR,... --workdir DIR
 
 ``cpu_study`` is the paper's table at CPU size under the analysis plan
 ``results/paper_protocol/PLAN.md`` (units, seeds, budget, probe settings, claims C10-C16): every
@@ -140,11 +141,32 @@ def plan5():
                       probes=probes, plan="results/paper_plan5/PLAN.md", rules="3")
 
 
+# The retrieval design (results/paper_retrieval/RUN.md): 32 records with distinct values and
+# 8 demonstrations leave the target one of 24 candidates, so no strategy that never reads the
+# target's record scores above 5% (data/lookup_shortcuts.py); its training rows are
+# RETRIEVAL_DATA, its probe RETRIEVAL_LOOKUP (the paper's two paddings: the decorrelated one
+# favours the last record with so many records in 128 tokens, 16.5% for that shortcut).
+RETRIEVAL_DATA = {"data.num_pairs": 32, "data.lookup_demos": 8, "data.lookup_values": "distinct"}
+RETRIEVAL_LOOKUP = {"modulus": 24, "num_records": 32, "num_demos": 8, "distinct_values": True,
+                    "prompts_per_residue": 576, "positions": "shift",
+                    "paddings": lookup_task.PADDINGS}
+
+
+def retrieval_probe(names: str):
+  """The retrieval design's lookup probe alone on finished run directories (pilots)."""
+  variants = {os.path.basename(os.path.normpath(name)): variant(checkpoint=name)
+              for name in names.split(",")}
+  return sweep_config(variants, name="paper_retrieval_probe", eval_batch_size=32,
+                      probes={"lookup": dict(RETRIEVAL_LOOKUP)})
+
+
 def get_config(names: str = ""):
   if names == "cpu_study":
     return cpu_study()
   if names == "plan5":
     return plan5()
+  if names.startswith("retrieval:"):
+    return retrieval_probe(names.removeprefix("retrieval:"))
   if not names:
     raise ValueError("name paper runs or run directories: "
                      "--config configs/sweeps/paper_protocol.py:RUN1,RUN2")
