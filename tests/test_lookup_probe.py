@@ -209,6 +209,13 @@ def test_the_matrices_store_target_positions_and_a_chunking_models_phase_in_its_
   plain = probe_registry.PROBES["lookup"](_context(retrieve), modulus=8, num_records=6,
                                           num_demos=2, paddings=("prefix",))
   assert plain.matrices["prefix"].phases_YxJ is None  # a model without chunks of its own
+  # what the model formed: a chunk per value (6 records + 2 demonstrations per row), the
+  # target's chunk closed by its own value, right after the key
+  formed = result.record["chunks"]["prefix"]
+  assert formed["compression_ratio"] == pytest.approx(result.record["seq_len"] / 8)
+  assert formed["target_chunk_length"] == pytest.approx(formed["target_phase"] + 2)
+  assert formed["target_phase"] == pytest.approx(matrix.phases_YxJ.mean())
+  assert plain.record["chunks"] is None
 
 
 def test_plan_version_5_names_its_units_in_the_plans_order_with_its_probes():

@@ -182,9 +182,31 @@ def _score(predict, prompts: lookup_task.Prompts, stride: int | None):
   if "ends" in out:
     phases = by_residue(needle_sweep.chunk_phases(np.asarray(out["ends"]),
                                                   prompts.target_positions))
+    chunks = formed_chunks(np.asarray(out["ends"]), prompts.target_positions)
   matrix = correctness.Matrix(by_residue(outcomes).astype(np.float64), np.arange(prompts.modulus),
                               phases_YxJ=phases, positions_YxJ=by_residue(prompts.target_positions))
-  return summary, matrix
+  return summary, matrix, (chunks if "ends" in out else None)
+
+
+def formed_chunks(ends_NxT: np.ndarray, targets_N: np.ndarray) -> dict[str, float]:
+  """What a model that forms its own chunks formed on the prompts: tokens per closed chunk
+  (``compression_ratio``), the mean length of the chunk holding the target key (its end
+  included: up to the first end flag at or after it, or the row's end) and the target's mean
+  phase inside it."""
+  ends = np.asarray(ends_NxT, bool)
+  n, t = ends.shape
+  lengths, phases = [], []
+  for row, target in zip(ends, np.asarray(targets_N), strict=True):
+    before = np.flatnonzero(row[:target])
+    start = before[-1] + 1 if before.size else 0
+    after = np.flatnonzero(row[target:])
+    stop = target + after[0] + 1 if after.size else t
+    lengths.append(stop - start)
+    phases.append(target - start)
+  closed = ends.sum(axis=1).mean()
+  return {"compression_ratio": float(t / closed) if closed else None,
+          "target_chunk_length": float(np.mean(lengths)),
+          "target_phase": float(np.mean(phases))}
 
 
 def _vocabulary_settings(spec, vocabulary: str, word_seed: int, num_keys: int,
@@ -276,18 +298,20 @@ def lookup_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per
     raise ConfigError(f"config field 'sweep.probes.{name}.paddings': name at least one of "
                       f"{', '.join(lookup_task.PADDINGS)}")
   predictors = [predict_for(spec) for spec in specs]  # every one refused before any is run
-  modes, matrices, shortcuts = {}, {}, {}
+  modes, matrices, shortcuts, chunks = {}, {}, {}, {}
   for spec, predict in zip(specs, predictors, strict=True):
     prompts = lookup_task.generate(spec, seed)
-    modes[spec.padding], matrices[spec.padding] = _score(predict, prompts, s)
+    modes[spec.padding], matrices[spec.padding], formed = _score(predict, prompts, s)
     shortcuts[spec.padding] = lookup_shortcuts.baselines(spec, prompts).record()
+    if formed is not None:
+      chunks[spec.padding] = formed
   spec = specs[-1]
   result = ResidueTest("lookup", spec.seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), modes,
                        {"num_records": spec.num_records, "num_demos": spec.num_demos,
                         "seed": seed, "positions": positions,
                         "distinct_values": distinct_values, **_vocabulary_settings(spec, **words)},
-                       shortcuts)
+                       shortcuts, chunks or None)
   return result, matrices
 
 
@@ -368,7 +392,7 @@ def needle_test(context: ProbeContext, predict_for, *, modulus: int, prompts_per
       seq_len=seq_len, key_len=key_len, value_len=value_len, modulus=modulus, spread=spread,
       prompts_per_residue=_per_residue(modulus, prompts_per_residue), **tokens), name)
   s = _stride(context, stride)
-  summary, matrix = _score(predict_for(spec), long_needle.generate(spec, seed), s)
+  summary, matrix, _ = _score(predict_for(spec), long_needle.generate(spec, seed), s)
   result = ResidueTest("long_needle", seq_len, modulus, s, spec.prompts_per_residue,
                        validation_loss(context.trained.workdir), {"needle": summary},
                        {"key_len": key_len, "value_len": value_len,

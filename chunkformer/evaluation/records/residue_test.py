@@ -27,6 +27,9 @@ class ResidueTest:
   # per-residue accuracy, every strategy's mean (``data/lookup_shortcuts.Shortcuts.record``);
   # None where the probe has no shortcut (the long needle) or the record predates it
   shortcuts: dict[str, Any] | None = None
+  # padding -> what a model forming its own chunks formed on the prompts (tokens per chunk,
+  # the target's chunk length and phase; ``probes.lookup.formed_chunks``); None otherwise
+  chunks: dict[str, Any] | None = None
 
   def to_record(self) -> dict[str, Any]:
     """JSON-ready (tuples as lists), equal to what results.json reads back."""
