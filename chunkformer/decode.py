@@ -39,21 +39,17 @@ import jax
 import jax.numpy as jnp
 
 from chunkformer import sharding as sharding_lib
-from chunkformer.attention import attention_class
 from chunkformer.config import ModelConfig
 from chunkformer.config_sections import capabilities
 from chunkformer.eviction import prune
 from chunkformer.kvcache import full as full_cache
-from chunkformer.model import Transformer
+from chunkformer.model import Transformer, init_cache
 from chunkformer.sparse_prefill import plan as sparse_plan
 
 Array = jax.Array
 
-
-def init_cache(model: ModelConfig, batch: int, max_len: int) -> dict:
-  """Empty caches of every layer for ``max_len`` tokens, as the ``cache`` collection."""
-  return {f"block_{layer}": {"attn": {"state": attention_class(attn.kind).init_cache(
-      model, attn, layer, batch, max_len)}} for layer, attn in enumerate(model.layers)}
+# init_cache (imported above) is part of this API. It lives in model.py (the cache collection is
+# the model's module tree), so that sparse_prefill/, below this module, builds caches without it.
 
 
 def cache_index(cache: dict) -> Array:

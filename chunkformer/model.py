@@ -84,6 +84,15 @@ def head_weights(m: ModelConfig, params) -> tuple[Array, float, str | None]:
   return params["unembed"]["kernel"].astype(dtype).T, 1.0, m.dtype
 
 
+def init_cache(model: ModelConfig, batch: int, max_len: int) -> dict:
+  """Empty caches of every layer for ``max_len`` tokens, as the ``cache`` collection of the
+  unscanned Transformer (``block_<layer>/attn/state``: each kind's ``init_cache``). Public as
+  ``decode.init_cache``; here so that what decode runs (sparse_prefill/) builds caches without
+  importing decode."""
+  return {f"block_{layer}": {"attn": {"state": attention_class(attn.kind).init_cache(
+      model, attn, layer, batch, max_len)}} for layer, attn in enumerate(model.layers)}
+
+
 class Transformer(nn.Module):
   """tokens_BxT -> logits_BxTxV.
 

@@ -149,6 +149,43 @@ def test_caches_import_no_attention_kind():
               for t in targets if t.startswith("chunkformer.attention")}
 
 
+def _reaches(graph: dict[str, set[str]], start: str, target: str) -> bool:
+  """Whether ``start`` imports ``target``, directly or through other modules."""
+  seen, todo = set(), [start]
+  while todo:
+    for nxt in graph.get(todo.pop(), ()):
+      if nxt == target:
+        return True
+      if nxt not in seen:
+        seen.add(nxt)
+        todo.append(nxt)
+  return False
+
+
+def _sparse_prefill_above_decode(graph: dict[str, set[str]]) -> set[str]:
+  return {m for m in graph if (m == "chunkformer.sparse_prefill" or
+                               m.startswith("chunkformer.sparse_prefill."))
+          and _reaches(graph, m, "chunkformer.decode")}
+
+
+def test_sparse_prefill_sits_below_decode():
+  # decode.prefill(sparse=) runs the patterns and plans, so sparse_prefill/ (its search
+  # included: it builds its caches with model.init_cache) never reaches back up into decode,
+  # directly or through another module.
+  above = _sparse_prefill_above_decode(_graph(_modules()))
+  assert not above, f"sparse_prefill modules importing chunkformer.decode: {sorted(above)}"
+
+
+def test_the_decode_check_sees_a_direct_and_an_indirect_import():
+  graph = {"chunkformer.decode": {"chunkformer.sparse_prefill.plan"},
+           "chunkformer.sparse_prefill.plan": set(),
+           "chunkformer.sparse_prefill.search": {"chunkformer.decode"},
+           "chunkformer.sparse_prefill.probe": {"chunkformer.evaluation.x"},
+           "chunkformer.evaluation.x": {"chunkformer.decode"}}
+  assert _sparse_prefill_above_decode(graph) == {"chunkformer.sparse_prefill.search",
+                                                 "chunkformer.sparse_prefill.probe"}
+
+
 # The evaluation engine and the studies built on it share one layer order, lowest first: a
 # module may import its own layer and the layers below it (the engine's or its own study's),
 # never one above; probes and claims share a rank and never import each other. A study's

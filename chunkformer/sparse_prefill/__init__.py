@@ -10,7 +10,8 @@
 - ``plan.py``: a pattern per query head of every full layer (``Plan``), its attention through
   ``kernels.block_sparse_attention``;
 - ``search.py``: the offline per-head search on calibration prompts (import it as
-  ``chunkformer.sparse_prefill.search``: it runs ``decode``, which imports this package).
+  ``chunkformer.sparse_prefill.search``: it runs the model, which the patterns do not need).
+Nothing here imports ``chunkformer.decode``, which imports this package (tests/test_imports.py).
 Settings against MInference's published defaults: docs/sparse_prefill.md.
 """
 

@@ -27,9 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from chunkformer import decode
 from chunkformer.kvcache import full as full_cache
-from chunkformer.model import Transformer
+from chunkformer.model import Transformer, init_cache
 from chunkformer.sparse_prefill.index import Index, tile_fraction
 from chunkformer.sparse_prefill.patterns import Pattern
 from chunkformer.sparse_prefill.plan import BLOCK, Plan
@@ -51,7 +50,7 @@ def prompt_queries_and_keys(model: Transformer, params, prompts_BxT: Array
   b, t = prompts_BxT.shape
   positions = jnp.broadcast_to(jnp.arange(t), prompts_BxT.shape)
   _, mutated = jax.jit(model.apply, static_argnames=("decode", "mutable"))(
-      {"params": params, "cache": decode.init_cache(model.model, b, t)}, prompts_BxT,
+      {"params": params, "cache": init_cache(model.model, b, t)}, prompts_BxT,
       positions, decode=True, mutable=("cache", full_cache.QUERIES))
   out = []
   for layer, attn in enumerate(model.model.layers):
@@ -126,7 +125,7 @@ def prefill_indices(model: Transformer, params, prompt_BxT: Array, plan: Plan
   plan.check(model.model)
   positions = jnp.broadcast_to(jnp.arange(t), prompt_BxT.shape)
   _, mutated = jax.jit(model.apply, static_argnames=("decode", "mutable", "sparse"))(
-      {"params": params, "cache": decode.init_cache(model.model, b, t)}, prompt_BxT, positions,
+      {"params": params, "cache": init_cache(model.model, b, t)}, prompt_BxT, positions,
       decode=True, sparse=plan, mutable=("cache", full_cache.SPARSE_INDEX))
   sown = mutated.get(full_cache.SPARSE_INDEX, {})
   return [Index(*sown[f"block_{layer}"]["attn"]["index"][0]) if plan.covers(layer) else None
