@@ -49,13 +49,13 @@ from IPython.display import Image, Markdown, display
 
 from chunkformer import notebook
 from chunkformer.studies.paper.claims import committed
-from chunkformer.studies.paper.report import paper_table
+from chunkformer.studies.paper.report import paper_table, regime
 
 notebook.setup()
 sweep = committed.open_sweep(committed.newest(committed.results_root()))
 print(f"{sweep.directory}: {len(sweep.results.variants)} units, {len(sweep.tables.rows)} rows, "
       f"run by `{sweep.results.command}`")
-display(Markdown(committed.regime(sweep)))  # what the units are; do the controls retrieve?
+display(Markdown(regime.of_committed(sweep)))  # what the units are; do the controls retrieve?
 display(Markdown(committed.verdict_table(sweep)))"""),
     ("markdown", """
 ## 2. The main table

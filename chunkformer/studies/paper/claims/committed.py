@@ -72,16 +72,6 @@ def open_sweep(directory: str) -> Opened:
                 main_table.tables(evidence))
 
 
-def regime(opened: Opened) -> str:
-  """The sweep's regime paragraph, as its report opens (``report.regime``): what the units
-  were trained on and whether the full-attention controls retrieve."""
-  from chunkformer.evaluation.report.sections import View
-  from chunkformer.studies.paper.report import regime as regime_lines
-
-  view = View(opened.results.variants, opened.claims, opened.tables, "", opened.directory)
-  return " ".join(regime_lines.lines(view)).strip()
-
-
 def verdict_table(opened: Opened, ids: Sequence[str] = PAPER_CLAIMS) -> str:
   """The claims ``ids`` as a markdown table: verdict under the sweep's own rules, seeds
   agreeing, statement; for a sweep decided by older rules, a column of the current rules'

@@ -13,6 +13,7 @@ from __future__ import annotations
 from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.report.sections import View
 from chunkformer.evaluation.stats import retrieval_gate
+from chunkformer.studies.paper.claims import committed
 from chunkformer.studies.paper.claims import paper_rows as pr
 
 PADDING = "prefix"
@@ -68,3 +69,9 @@ def lines(view: View) -> list[str]:
     out.append(f"Rows with a unit at or above {percent(retrieval_gate.CEILING)}% of prefix "
                f"prompts (no room for a period): {', '.join(ceiling)}.")
   return [" ".join(out), ""]
+
+
+def of_committed(opened: committed.Opened) -> str:
+  """A committed sweep's regime paragraph, as its report opens (the paper's-table notebook)."""
+  view = View(opened.results.variants, opened.claims, opened.tables, "", opened.directory)
+  return " ".join(lines(view)).strip()
