@@ -152,8 +152,8 @@ def test_the_elimination_sentences_quote_the_committed_records():
           f"{n['best']}") in row
   with open(os.path.join(SWEEP, "report.md"), encoding="utf-8") as f:
     regime = f.read().split("## Summary")[0]
-  # the report's regime counts the size rows' full units too
-  assert "**The full-attention controls did not learn the lookup**" in regime
+  assert (f"**The full-attention controls did not learn the lookup**: prefix mean {n['range']} "
+          f"over {n['units']} units") in regime
   assert f"last undemonstrated, scores {n['best']}" in regime
   text = " ".join(_rejudged().split())
   assert (f"prefix mean {n['range']} over the {n['units']} full-attention units of the paper's "
