@@ -303,7 +303,8 @@ def test_the_lookup_probe_runs_on_the_real_model(tiny):
   context = ProbeContext(tiny, trained_lib.Predictor(tiny, 32), "tiny", (4,))
   result = probe_registry.PROBES["lookup"](context, modulus=4)
   test = lookup.ResidueTest.from_record(result.record)
-  assert test.settings == {"num_records": 3, "num_demos": 2, "seed": 2609}
+  assert test.settings == {"num_records": 3, "num_demos": 2, "seed": 2609,
+                           "positions": "moments", "distinct_values": False}
   assert test.validation_loss is None and test.stride == 4
   for padding in ("prefix", "in_sequence"):
     table = test.modes[padding]

@@ -118,7 +118,8 @@ def test_the_paper_probes_run_on_an_imported_model_in_its_own_words(imported, to
   chosen = word_tokens.choose(tok, 384, seed=5, num_keys=8, num_values=8)
   result = probe_registry.PROBES["lookup"](context, modulus=4, **words)
   test = lookup.ResidueTest.from_record(result.record)
-  assert test.settings == {"num_records": 8, "num_demos": 7, "seed": 2609, "vocabulary": "words",
+  assert test.settings == {"num_records": 8, "num_demos": 7, "seed": 2609, "positions": "moments",
+                           "distinct_values": False, "vocabulary": "words",
                            "word_seed": 5, "num_keys": 8, "num_values": 8,
                            "filler": chosen.filler, "bos": 0}
   for padding in ("prefix", "in_sequence"):

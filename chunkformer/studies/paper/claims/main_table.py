@@ -21,9 +21,10 @@ from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
 from chunkformer.evaluation.stats import retrieval_gate
 from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy
-from chunkformer.studies.paper.claims import effect_size, lookup_shape
+from chunkformer.studies.paper.claims import effect_size, lookup_shape, regime_numbers
 from chunkformer.studies.paper.claims import paper_rows as pr
 from chunkformer.studies.paper.claims.lookup_shape import PublishedShape, Shape
+from chunkformer.studies.paper.claims.regime_numbers import Regime
 from chunkformer.studies.paper.records import published
 
 MODES = ("prefix", "in_sequence")
@@ -78,6 +79,7 @@ class Tables:
   worst_spread: float | None = None  # ours, points
   paper_worst_spread: float | None = None  # the paper's published rows, points
   sizes: tuple[SizeRow, ...] = ()  # the size trend, where the sweep has size rows
+  regime: Regime | None = None  # what the report's first lines state (``regime_numbers``)
 
 
 def worst_spread(rows: Sequence[tuple[float, float]]) -> float | None:
@@ -153,9 +155,10 @@ def tables(e) -> Tables:
   found = lookup_units(e.records)
   rows = tuple(_row(v, units, e.matrices) for v, units in found.items())
   if not rows:
-    return Tables()
+    return Tables(regime=regime_numbers.regime(e.records))
   ours = [(100 * t.mean, 100 * t.worst) for row in rows
           if (t := row.pooled["prefix"]) is not None]
   theirs = [(r["pp"]["mean"][0], r["pp"]["worst"]) for r in published.published()["runs"]]
   return Tables(rows, lookup_shape.by_unit(found, e.matrices), worst_spread(ours),
-                worst_spread(theirs), size_trend(found, e.matrices, e.rules))
+                worst_spread(theirs), size_trend(found, e.matrices, e.rules),
+                regime_numbers.regime(e.records))

@@ -4,19 +4,17 @@ and whether its full-attention controls retrieve or answer by a shortcut.
 A reviewer's first question of a lookup table is whether the controls learned the lookup: a
 control at the accuracy of a strategy that never reads the target key's record
 (``data/lookup_shortcuts.py``) shows no retrieval, and a row at ceiling shows no room for a
-period. Every number here is read from the records (the lookup probe's accuracy and its
-stored shortcuts), so the lines stay true of the committed data.
+period. The numbers are the judge's (``claims/regime_numbers.py``, in the study's tables);
+this module formats them.
 """
 
 from __future__ import annotations
 
 from chunkformer.evaluation.records.formatting import percent
 from chunkformer.evaluation.report.sections import View
-from chunkformer.evaluation.stats import retrieval_gate
+from chunkformer.evaluation.stats.retrieval_gate import CEILING, MARGIN
 from chunkformer.studies.paper.claims import committed
-from chunkformer.studies.paper.claims import paper_rows as pr
-
-PADDING = "prefix"
+from chunkformer.studies.paper.claims.regime_numbers import Regime
 
 
 def _range(values) -> str:
@@ -24,54 +22,43 @@ def _range(values) -> str:
   return f"{percent(lo)}%" if percent(lo) == percent(hi) else f"{percent(lo)}-{percent(hi)}%"
 
 
-def lines(view: View) -> list[str]:
+def paragraph(r: Regime | None) -> list[str]:
   """The regime paragraph (empty for a sweep without lookup records)."""
-  units = [r for r in view.records if pr.lookup_modes(r) and PADDING in pr.lookup_modes(r)]
-  if not units:
+  if r is None:
     return []
-  settings = {(r.setup.task, r.probes[pr.LOOKUP]["settings"].get("num_records"),
-               r.probes[pr.LOOKUP]["settings"].get("num_demos"),
-               bool(r.probes[pr.LOOKUP]["settings"].get("distinct_values"))) for r in units}
-  tasks = sorted({t for t, *_ in settings})
   design = "; ".join(f"{n} records{' with distinct values' if d else ''}, {k} demonstrations"
-                     for _, n, k, d in sorted(settings, key=str))
-  out = [f"**Regime.** {len(units)} units trained on task(s) {', '.join(tasks)}; the lookup "
+                     for n, k, d in r.designs)
+  out = [f"**Regime.** {r.units} units trained on task(s) {', '.join(r.tasks)}; the lookup "
          f"probe's prompts: {design}."]
-  shortcuts = [(r, pr.shortcut(r, PADDING)) for r in units]
-  known = [(r, s) for r, s in shortcuts if s is not None]
-  full = [(r, s) for r, s in known if pr.is_full(r.setup)]
-  if full:
-    means = [pr.lookup_modes(r)[PADDING].mean for r, _ in full]
-    stored = full[0][0].probes[pr.LOOKUP]["shortcuts"]
-    record = next(stored[k] for k in pr.MATRIX_KEYS[PADDING] if k in stored)
-    below = [r for (r, s), m in zip(full, means, strict=True)
-             if m < s + retrieval_gate.MARGIN]
+  if r.full_means:
+    s = r.shortcut
     shortcut = (f"the best strategy that never reads the target's record, "
-                f"{record['best'].replace('_', ' ')}, scores {percent(record['mean'])}%; a "
-                f"random undemonstrated record's value "
-                f"{percent(record['means']['undemonstrated'])}%")
-    if below:
+                f"{s['best'].replace('_', ' ')}, scores {percent(s['mean'])}%; a random "
+                f"undemonstrated record's value {percent(s['means']['undemonstrated'])}%")
+    if r.full_below:
       out.append(f"**The full-attention controls did not learn the lookup**: prefix mean "
-                 f"{_range(means)} over {len(full)} units, {len(below)} of them less than "
-                 f"{percent(retrieval_gate.MARGIN)} points above the shortcut ({shortcut}); "
+                 f"{_range(r.full_means)} over {len(r.full_means)} units, {r.full_below} of "
+                 f"them less than {percent(MARGIN)} points above the shortcut ({shortcut}); "
                  "under claim rules 5 they decide no claim that needs a learned control (C11, "
                  "C13, a cure's reference).")
     else:
-      out.append(f"The full-attention controls retrieve: prefix mean {_range(means)} over "
-                 f"{len(full)} units, every one more than {percent(retrieval_gate.MARGIN)} "
+      out.append(f"The full-attention controls retrieve: prefix mean {_range(r.full_means)} "
+                 f"over {len(r.full_means)} units, every one more than {percent(MARGIN)} "
                  f"points above the shortcut ({shortcut}).")
-  elif not known:
+  elif not r.any_shortcut:
     out.append("The records store no shortcut baseline (`scripts/lookup_shortcuts.py` adds "
                "it), so whether the controls retrieve is not stated here.")
-  ceiling = sorted({r.setup.variant for r in units
-                    if pr.lookup_modes(r)[PADDING].mean >= retrieval_gate.CEILING})
-  if ceiling:
-    out.append(f"Rows with a unit at or above {percent(retrieval_gate.CEILING)}% of prefix "
-               f"prompts (no room for a period): {', '.join(ceiling)}.")
+  if r.ceiling:
+    out.append(f"Rows with a unit at or above {percent(CEILING)}% of prefix prompts (no room "
+               f"for a period): {', '.join(r.ceiling)}.")
   return [" ".join(out), ""]
+
+
+def lines(view: View) -> list[str]:
+  """The report hook: the paragraph of the study's tables."""
+  return paragraph(getattr(view.tables, "regime", None))
 
 
 def of_committed(opened: committed.Opened) -> str:
   """A committed sweep's regime paragraph, as its report opens (the paper's-table notebook)."""
-  view = View(opened.results.variants, opened.claims, opened.tables, "", opened.directory)
-  return " ".join(lines(view)).strip()
+  return " ".join(paragraph(opened.tables.regime)).strip()
