@@ -152,7 +152,9 @@ def get_config():
 
 def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(tmp_path):
   config = tmp_path / "tiny_sweep.py"
-  config.write_text(SWEEP.replace("STEPS", "200"))
+  # 1000 steps: the first still holds the unit when the second has started, however slowly
+  # it starts beside a loaded test run (at 200 it finished first there, twice)
+  config.write_text(SWEEP.replace("STEPS", "1000"))
   workdir = str(tmp_path / "sweep")
   command = [sys.executable, "eval.py", "--config", str(config), "--workdir", workdir]
   logs = [open(tmp_path / f"sweep{i}.log", "w+") for i in range(2)]  # noqa: SIM115
