@@ -65,6 +65,12 @@ def gate(outcomes: np.ndarray, baseline: float, *, margin: float = MARGIN,
                     margin, int(x.size))
 
 
+def within_margin(mean: float, baseline: float, margin: float = MARGIN) -> bool:
+  """The gate's point reading, for tables that show means only: a mean less than ``margin``
+  above the shortcut (the gate itself also needs the lower bound to clear it)."""
+  return mean < baseline + margin
+
+
 def at_floor_or_ceiling(mean: float, baseline: float, ceiling: float = CEILING) -> str:
   """'' when a unit's mean leaves room for a period to show, else why not: at or above the
   ceiling, or at or below the shortcut's baseline."""

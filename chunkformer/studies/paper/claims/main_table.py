@@ -67,7 +67,7 @@ class SizeRow:
   @property
   def at_shortcut(self) -> bool:
     return (self.shortcut is not None and self.prefix is not None
-            and self.prefix.mean < self.shortcut + retrieval_gate.MARGIN)
+            and retrieval_gate.within_margin(self.prefix.mean, self.shortcut))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ def regime(records: Sequence[VariantRecord]) -> Regime | None:
   if full:
     stored = full[0][0].probes[pr.LOOKUP]["shortcuts"]
     shortcut = next(stored[k] for k in pr.MATRIX_KEYS[PADDING] if k in stored)
-  below = sum(m < s + retrieval_gate.MARGIN for (_, s), m in zip(full, means, strict=True))
+  below = sum(retrieval_gate.within_margin(m, s) for (_, s), m in zip(full, means, strict=True))
   ceiling = tuple(sorted({r.setup.variant for r in units
                           if pr.lookup_modes(r)[PADDING].mean >= retrieval_gate.CEILING}))
   return Regime(len(units), tuple(sorted({r.setup.task for r in units})), designs, means,
