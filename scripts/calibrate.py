@@ -32,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import textwrap
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -263,20 +264,52 @@ def _write_report(out: str) -> None:
              for rec in found.values() for r in rec["rows"] if r["passes"] is False]
   with open(os.path.join(out, "report.md"), "w") as f:
     f.write("\n".join(text) + "\n")
-  run = ["# Calibration runs", "", "One command regenerates every part: "
+  # The lookup part predates the run record; its row is the one its first run printed.
+  runs = {part: rec.get("run") or {"command": "python scripts/calibrate.py", "commit": "627ae95",
+                                   "date": "2026-12-04 22:05 UTC", "seconds": 912, "load": None}
+          for part, rec in found.items()}
+  machine = f"{platform.machine()}, numpy {np.__version__}, {os.cpu_count()} CPUs seen"
+  run = ["# Calibration runs", "", *_run_header(runs, machine), "",
+         "One command regenerates every part: "
          "`python scripts/calibrate.py` (deterministic for a given seed and reps). Each part "
          "as it last ran:", "", "| part | command | commit | date | wall time (s) | load |",
          "|---|---|---|---|--:|--:|"]
-  for part, rec in found.items():
-    r = rec.get("run")
+  for part, r in runs.items():
+    load = "-" if r["load"] is None else f"{r['load']:.1f}"
     run.append(f"| {part} | `{r['command']}` | {r['commit']} | {r['date']} | {r['seconds']} | "
-               f"{r['load']:.1f} |" if r else f"| {part} | `python scripts/calibrate.py` | "
-               "627ae95 | 2026-12-04 22:05 UTC | 912 | - |")
-  run += ["", f"Machine: {platform.machine()}, numpy {np.__version__}, {os.cpu_count()} CPUs "
-          "seen, shared with other work (load: the 1-minute load average at the start).", "",
+               f"{load} |")
+  run += ["", f"Machine: {machine}, shared with other work (load: the 1-minute load average at "
+          "the start).", "",
           "Checks that fail their bound: " + ("; ".join(failing) if failing else "none") + "."]
   with open(os.path.join(out, "RUN.md"), "w") as f:
     f.write("\n".join(run) + "\n")
+
+
+def _run_header(runs: dict, machine: str) -> list[str]:
+  """The five lines every RUN.md opens with (docs/style.md, rule 15), from the parts' runs."""
+  by_commit: dict[str, list[str]] = {}
+  for part, r in runs.items():
+    by_commit.setdefault(r["commit"], []).append(part)
+  loads = [r["load"] for r in runs.values() if r["load"] is not None]
+  unrecorded = [part for part, r in runs.items() if r["load"] is None]
+  load = "shared with other work"
+  if loads:
+    load += f"; 1-minute load average at the start {min(loads):.1f}-{max(loads):.1f}"
+  if unrecorded:
+    load += f" (not recorded for the {', '.join(unrecorded)} part{'s' * (len(unrecorded) > 1)})"
+  fields = [
+      ("Command", "`python scripts/calibrate.py` (every part; one part: `python "
+                  "scripts/calibrate.py --parts NAME`, as in the table below)"),
+      ("Commit", "per part (table below): " + ", ".join(
+          f"{commit} ({', '.join(parts)})" for commit, parts in by_commit.items())),
+      ("Machine", machine),
+      ("Load", load),
+      ("Wall time", "per part, " + ", ".join(f"{part} {r['seconds']} s"
+                                             for part, r in runs.items())),
+  ]
+  return [textwrap.fill(f"- **{name}**: {value}", width=100, subsequent_indent="  ",
+                        break_on_hyphens=False, break_long_words=False)
+          for name, value in fields]
 
 
 if __name__ == "__main__":
