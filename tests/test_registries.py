@@ -68,7 +68,7 @@ def _toy_section(view: sections.View) -> str:
   return f"\n## Toy study\n\nFirst-token accuracy over {view.tables['units']} unit(s) judged.\n"
 
 
-# What the toy study's package exports (WORKSPACE.md, "How to add a study").
+# What the toy study's package exports (docs/extending.md, "How to add a study").
 TOY_STUDY = catalog.Study(
     name="toy",
     probes={"first_token": TOY_PROBE.probe},

@@ -4,7 +4,7 @@ sections follow each other.
 
 Adding a study: a package ``chunkformer/studies/<name>/`` exporting ``STUDY``
 (``evaluation.sweep.catalog.Study``: its probes, claims, judging and report hooks), and one
-entry below (WORKSPACE.md, "How to add a study"). A study imports the engine
+entry below (docs/extending.md, "How to add a study"). A study imports the engine
 (``chunkformer.evaluation``) and the core library, never another study.
 """
 

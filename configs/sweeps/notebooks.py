@@ -4,9 +4,9 @@
   python eval.py --config configs/sweeps/notebooks.py:anatomy,fast --workdir /tmp/anatomy
 
 The argument is ``<notebook>[,fast]``:
-- ``quickstart``: full attention and fixed M = 4, needle sweep at the far depth only (the depth
-  the demo's table reads), no prefix probe, no slot gains;
-- ``anatomy``: fixed M = 4 and the learned dynamic chunks (budget 4), far depth, slot gains;
+- ``quickstart``: full attention and fixed M = 4 (the demo's seed 0), needle sweep at the far
+  depth only (the depth the demo's table reads), no prefix probe, no slot gains;
+- ``anatomy``: fixed M = 4 and the learned dynamic chunks (budget 4; seed 0), far depth, slot gains;
 - ``fast``: the sizes CI runs with CHUNKFORMER_FAST=1 (seconds of training; the numbers then
   mean nothing, the cells run the same code).
 Without ``fast`` every variant is the demo's own (same train config, overrides and seed), so
@@ -16,9 +16,9 @@ notebook, and a variant a notebook trained is not retrained by the demo.
 
 from configs.sweeps import demo, sweep_config
 
-NOTEBOOKS = {  # variants, and the slot-gain rows (None: no slot gains)
-    "quickstart": dict(order=("full", "fixed_m4"), slot_gain=None),
-    "anatomy": dict(order=("fixed_m4", "dynamic_m4"), slot_gain=dict(rows=64)),
+NOTEBOOKS = {  # the demo's units (seed 0), and the slot-gain rows (None: no slot gains)
+    "quickstart": dict(order=("full_seed0", "fixed_m4_seed0"), slot_gain=None),
+    "anatomy": dict(order=("fixed_m4_seed0", "dynamic_m4_seed0"), slot_gain=dict(rows=64)),
 }
 # Tiny model and rows for CI: every code path runs, training only takes seconds.
 FAST_OVERRIDES = {

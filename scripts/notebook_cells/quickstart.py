@@ -99,7 +99,8 @@ for line in judgments.decide(records):
     print("-", line)"""),
     ("markdown", """## Next
 
-- `./run.sh demo` adds the cure (content-defined chunk boundaries) and writes a full report;
+- `./run.sh demo` adds the cure (content-defined chunk boundaries) and a second seed of each
+  variant, and writes a report that decides C1, C2 and C8;
   `python eval.py --config configs/sweeps/study.py --workdir runs/study` runs the whole study
   (3 seeds of full / fixed M = 4 / router, 2 of M = 2, 8, delimiter and key shift; RoPE off,
   mean pooling; 2-token needles at M = 2, 4, 8; a byte-level code LM for the '=' probe).
