@@ -48,13 +48,12 @@ under a minute. In all about 16-29 min of one core, 10-17 min with two shards
 are not in this sweep: the eviction probe asks kv needles only.
 """
 
-from configs.sweeps import seeded_units, study, sweep_config, variant
+from configs.sweeps import policy_sweeps
 
-STEPS = 600  # the budget rule of the module docstring
-KV2 = {"data.key_len": 2, "data.value_len": 2}
-QK_SHIFT3 = {"model.key_shift": 3, "model.query_shift": True}
-SHARED = {**study.SHARED, **KV2, **QK_SHIFT3, "train.steps": STEPS}
-SEEDS = 3
+# The model block, shared with the sparse-prefill sweep (configs/sweeps/policy_sweeps.py).
+STEPS = policy_sweeps.STEPS  # the budget rule of the module docstring
+SHARED = policy_sweeps.SHARED
+SEEDS = policy_sweeps.SEEDS
 
 WINDOW = 8  # SnapKV's observation window (and ChunkKV's), H2O's recent tokens
 BUDGETS = (16, 32, 64)  # tokens
@@ -79,39 +78,19 @@ def policies(budgets=BUDGETS, chunks=CHUNKS, window=WINDOW, delimiters=None) -> 
   return out
 
 
-def _tiny():
-  """The pipeline in seconds (tests/test_eviction_sweep.py): a 1-layer smoke model (1-token
-  needles in 32 tokens), 2 steps, one budget, one policy of each kind the claims read; nothing
-  it finds is a result."""
-  model = variant("configs/smoke.py", {"model.num_layers": 1, "train.steps": 2,
-                                       "train.checkpoint_every": 2})
-  kinds = [dict(policy="streaming_llm", budget=8, sinks=2),
-           dict(policy="snapkv", budget=8, window=2),
-           dict(policy="chunkkv", budget=8, chunk=4, window=2),
-           dict(policy="chunkkv_cut", budget=8, chunk=4, window=2),
-           dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3], min_chunk=2,
-                max_chunk=4)]
-  return sweep_config(
-      seeded_units({"tiny": (model, 1)}), name="eviction_tiny", eval_batch_size=16,
-      num_resamples=20, num_permutations=20,
-      probes=dict(needle_sweep=dict(num_offsets=12, num_haystacks=2, depths=(0.0,)),
-                  eviction_needles=dict(policies=kinds, num_offsets=12, num_haystacks=2,
-                                        phase_sizes=(4,), batch_size=16)))
+# The tiny pipeline check's policies (tests/test_eviction_sweep.py, ``policy_sweeps.tiny``):
+# one budget, one policy of each kind the claims read; nothing it finds is a result.
+TINY_POLICIES = [
+    dict(policy="streaming_llm", budget=8, sinks=2),
+    dict(policy="snapkv", budget=8, window=2),
+    dict(policy="chunkkv", budget=8, chunk=4, window=2),
+    dict(policy="chunkkv_cut", budget=8, chunk=4, window=2),
+    dict(policy="content_chunkkv", budget=8, window=2, delimiters=[3], min_chunk=2, max_chunk=4),
+]
 
 
 def get_config(arg: str = ""):
-  if arg == "tiny":
-    return _tiny()
-  if arg:
-    raise ValueError(f"configs/sweeps/eviction.py takes no argument or 'tiny', got {arg!r}")
-  model = variant("configs/kv_full.py")
-  return sweep_config(
-      seeded_units({"full_kv2_qk3": (model, SEEDS)}),
-      overrides=SHARED,
-      name="eviction",
-      reference_chunk_size=4,
-      eval_batch_size=64,
-      probes=dict(needle_sweep=NEEDLES,
-                  eviction_needles=dict(policies=policies(), prompt_end="question",
-                                        phase_sizes=CHUNKS, batch_size=64, **NEEDLES)),
-  )
+  return policy_sweeps.get_config(
+      "configs/sweeps/eviction.py", arg, "eviction", "eviction_needles", NEEDLES,
+      dict(policies=TINY_POLICIES), policies=policies(), prompt_end="question",
+      phase_sizes=CHUNKS)

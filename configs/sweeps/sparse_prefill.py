@@ -4,7 +4,8 @@
   (the tiny end-to-end check of the pipeline: configs/sweeps/sparse_prefill.py:tiny, seconds)
 
 The eviction sweep's models (configs/sweeps/eviction.py: three seeds of full attention on
-2-token needles with keys and queries shifted by 3, 600 steps; its ``SHARED``), the models of
+2-token needles with keys and queries shifted by 3, 600 steps; the block both sweeps share,
+``policy_sweeps.models`` with ``SHARED``), the models of
 this project that retrieve on CPU (held-out far accuracy 0.97-0.98 there). Each is evaluated
 by the ``sparse_needles`` probe under every pattern of ``patterns()``: the prompt (144 tokens,
 the whole query included, ``prompt_end="answer"``) goes through
@@ -42,9 +43,9 @@ Cost: training as the eviction sweep's (490-662 s per unit on the loaded machine
 12 patterns of 1536 rows each, a few minutes per unit.
 """
 
-from configs.sweeps import eviction, seeded_units, sweep_config, variant
+from configs.sweeps import policy_sweeps
 
-SEEDS = 3
+SEEDS = policy_sweeps.SEEDS  # the eviction sweep's models (policy_sweeps.models)
 BLOCKS = (8, 16)  # block-sparse block sizes B (tokens)
 NEEDLES = dict(num_offsets=48, num_haystacks=32, depths=(0.0,))
 LAST_Q = 8
@@ -61,38 +62,19 @@ def patterns() -> list[dict]:
   return out
 
 
-def _tiny():
-  """The pipeline in seconds (tests/test_sparse_prefill_sweep.py): a 1-layer smoke model
-  (1-token needles in 32 tokens), 2 steps, one pattern of each kind the claims read; nothing it
-  finds is a result."""
-  model = variant("configs/smoke.py", {"model.num_layers": 1, "train.steps": 2,
-                                       "train.checkpoint_every": 2})
-  kinds = [dict(pattern="keep_all", block=4),
-           dict(pattern="block_sparse", block=4, top=2),
-           dict(pattern="vertical_slash", block=4, vertical=2, slash=4, last_q=4,
-                forced_vertical=1, forced_slash=2),
-           dict(pattern="a_shape", block=4, sink=2, local=4)]
-  return sweep_config(
-      seeded_units({"tiny": (model, 1)}), name="sparse_prefill_tiny", eval_batch_size=16,
-      num_resamples=20, num_permutations=20,
-      probes=dict(needle_sweep=dict(num_offsets=12, num_haystacks=2, depths=(0.0,)),
-                  sparse_needles=dict(patterns=kinds, num_offsets=12, num_haystacks=2,
-                                      phase_sizes=(4,), batch_size=16)))
+# The tiny pipeline check's patterns (tests/test_sparse_prefill_sweep.py,
+# ``policy_sweeps.tiny``): one of each kind the claims read; nothing it finds is a result.
+TINY_PATTERNS = [
+    dict(pattern="keep_all", block=4),
+    dict(pattern="block_sparse", block=4, top=2),
+    dict(pattern="vertical_slash", block=4, vertical=2, slash=4, last_q=4, forced_vertical=1,
+         forced_slash=2),
+    dict(pattern="a_shape", block=4, sink=2, local=4),
+]
 
 
 def get_config(arg: str = ""):
-  if arg == "tiny":
-    return _tiny()
-  if arg:
-    raise ValueError(f"configs/sweeps/sparse_prefill.py takes no argument or 'tiny', got {arg!r}")
-  model = variant("configs/kv_full.py")
-  return sweep_config(
-      seeded_units({"full_kv2_qk3": (model, SEEDS)}),
-      overrides=eviction.SHARED,
-      name="sparse_prefill",
-      reference_chunk_size=4,
-      eval_batch_size=64,
-      probes=dict(needle_sweep=NEEDLES,
-                  sparse_needles=dict(patterns=patterns(), prompt_end="answer",
-                                      phase_sizes=BLOCKS, batch_size=64, **NEEDLES)),
-  )
+  return policy_sweeps.get_config(
+      "configs/sweeps/sparse_prefill.py", arg, "sparse_prefill", "sparse_needles", NEEDLES,
+      dict(patterns=TINY_PATTERNS), patterns=patterns(), prompt_end="answer",
+      phase_sizes=BLOCKS)
