@@ -35,7 +35,6 @@ from chunkformer.evaluation.claims import grouped, standards
 from chunkformer.evaluation.claims import rules as claim_rules
 from chunkformer.evaluation.claims.grouped import Outcome, holm_of
 from chunkformer.evaluation.records.claim import Claim
-from chunkformer.evaluation.records.formatting import number
 from chunkformer.studies.eviction.claims import eviction_data as data
 from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
 
@@ -55,75 +54,32 @@ STATEMENTS = {
 BITES = (0.02, 0.98)  # E1: accuracy range in which a missing period counts against the claim
 CURE_ACCURACY = standards.LEARNED_ACCURACY  # E2: below it a missing period says nothing
 PAIRED_ALPHA = 0.05  # E3
-
-
-def _resampling(evidence) -> dict[str, int]:
-  return dict(seed=evidence.seed, num_resamples=evidence.num_resamples,
-              num_permutations=evidence.num_permutations)
+JUDGE = grouped.Judge(STATEMENTS, "policy configurations", data.MODEL_ACCURACY,
+                      "before eviction", "under eviction", BITES)
 
 
 def no_data(claim_id: str, why: str) -> Claim:
   """``claim_id`` INCONCLUSIVE for lack of data, saying which."""
-  return grouped.no_data(claim_id, STATEMENTS[claim_id], why)
-
-
-def _gate(run_or_group) -> Outcome | None:
-  gate = run_or_group.gate
-  if gate is None or gate < data.MODEL_ACCURACY:
-    return Outcome(None, f"model accuracy before eviction {number(gate)} < "
-                   f"{data.MODEL_ACCURACY}", {"model_accuracy": gate})
-  return None
+  return JUDGE.no_data(claim_id, why)
 
 
 def combine(claim_id: str, per_group: Mapping[str, tuple[list[Outcome], Outcome]],
             in_force: claim_rules.Rules = claim_rules.CURRENT_RULES) -> Claim:
   """The seed rule per group (as the claim rules ``in_force`` say; default: the current
   ones), the common verdict over the policy configurations (``claims.grouped``)."""
-  return grouped.combine(claim_id, STATEMENTS[claim_id], per_group, in_force,
-                         "policy configurations")
+  return JUDGE.combine(claim_id, per_group, in_force)
 
 
 # --- E1 ----------------------------------------------------------------------------------
 
 
-def _period_outcome(found: grouped.Analysed | None, length: int, p: float | None,
-                    gate: Outcome | None) -> Outcome:
-  if gate is not None:
-    return gate
-  if found is None:
-    return Outcome(None, "correctness matrix not stored", {})
-  p = found.p_at[length] if p is None else p
-  periodic = found.detected_period == length and p < standards.PERIOD_ALPHA
-  numbers = dict(found.numbers(), p_judged=p)
-  if periodic:
-    return Outcome(True, "", numbers)
-  if found.num_offsets < 3 * length:  # the period scan cannot name L
-    return Outcome(None, f"{found.num_offsets} offsets hold fewer than 3 periods of {length}",
-                   numbers)
-  low, high = BITES
-  if not low <= found.accuracy <= high:
-    return Outcome(None, f"accuracy under eviction {found.accuracy:.3f} outside "
-                   f"[{low}, {high}]: no phase can show", numbers)
-  return Outcome(False, "", numbers)
+def _chunk(group: data.Group) -> int:
+  return group.setting.chunk
 
 
 def _periods(groups: Sequence[data.Group], evidence) -> dict[str, tuple[list[Outcome], Outcome]]:
   """E1's test of each grid group, per seed and pooled (Holm over ``groups``' pooled tests)."""
-  kw = _resampling(evidence)
-  per_seed = {g.name: [grouped.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs]
-              for g in groups}
-  pooled = {g.name: grouped.analyse(g.pooled(), [g.policy.chunk], **kw) for g in groups}
-  adjusted = holm_of([(g.name, pooled[g.name].p_at[g.policy.chunk]) for g in groups
-                       if pooled[g.name] is not None])
-  out = {}
-  for g in groups:
-    seeds = [_period_outcome(a, g.policy.chunk, None, _gate(r))
-             for r, a in zip(g.runs, per_seed[g.name], strict=True)]
-    p = adjusted.get(g.name)
-    pool = _period_outcome(pooled[g.name], g.policy.chunk, p, _gate(g))
-    pool.numbers.update(p_value_holm=p, holm_family=len(adjusted))
-    out[g.name] = (seeds, pool)
-  return out
+  return JUDGE.periods(groups, _chunk, evidence)
 
 
 # The cut-chunk ChunkKV (``chunkkv_cut``) is judged by the same test beside ChunkKV as
@@ -159,22 +115,15 @@ def e1_claim(evidence) -> Claim:
 def _cure_outcome(found: grouped.Analysed | None, baselines: Mapping[int, grouped.Analysed],
                   p_of: Callable[[int], float], gate: Outcome | None) -> Outcome:
   """Content chunks against the periodic fixed grids ``baselines`` (L -> their analysis)."""
-  if gate is not None:
-    return gate
-  if found is None:
-    return Outcome(None, "correctness matrix not stored", {})
-  numbers = dict(found.numbers(), periodic_baselines=sorted(baselines))
-  if not baselines:
-    return Outcome(None, "no periodic fixed-block baseline at this budget", numbers)
-  if found.accuracy < CURE_ACCURACY:
-    return Outcome(None, f"accuracy under eviction {found.accuracy:.3f} < {CURE_ACCURACY}",
-                   numbers)
-  p_judged = {length: p_of(length) for length in baselines}
-  flat = all(standards.no_period(p, found.detected_period) for p in p_judged.values())
+  undecided, flat, numbers = JUDGE.flat_outcome(
+      found, list(baselines), p_of, gate, CURE_ACCURACY,
+      dict(periodic_baselines=sorted(baselines)),
+      "" if baselines else "no periodic fixed-block baseline at this budget")
+  if undecided is not None:
+    return undecided
   smaller = all(found.gap_at[m] is not None and b.gap_at[m] is not None
                 and found.gap_at[m] < b.gap_at[m] for m, b in baselines.items())
-  numbers.update(p_judged={str(m): p for m, p in p_judged.items()},
-                 baseline_gap={str(m): b.gap_at[m] for m, b in baselines.items()})
+  numbers.update(baseline_gap={str(m): b.gap_at[m] for m, b in baselines.items()})
   why = "" if flat and smaller else ("still periodic" if not flat else "gap not smaller")
   return Outcome(flat and smaller, why, numbers)
 
@@ -187,12 +136,12 @@ def _periodic(found: grouped.Analysed | None, length: int) -> bool:
 def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
            evidence) -> dict[str, tuple[list[Outcome], Outcome]]:
   """E2's test of each content group against the ``grids`` at its budget setting."""
-  kw = _resampling(evidence)
+  kw = grouped.resampling(evidence)
   bases = {c.name: [g for g in grids if data.same_budget_setting(g, c)] for c in cures}
-  lengths = {c.name: sorted({g.policy.chunk for g in bases[c.name]}) for c in cures}
-  base_seed = {g.name: {r.seed: grouped.analyse(r.matrix, [g.policy.chunk], **kw) for r in g.runs}
+  lengths = {c.name: sorted({_chunk(g) for g in bases[c.name]}) for c in cures}
+  base_seed = {g.name: {r.seed: grouped.analyse(r.matrix, [_chunk(g)], **kw) for r in g.runs}
                for g in grids}
-  base_pool = {g.name: grouped.analyse(g.pooled(), [g.policy.chunk], **kw) for g in grids}
+  base_pool = {g.name: grouped.analyse(g.pooled(), [_chunk(g)], **kw) for g in grids}
   pooled = {c.name: grouped.analyse(c.pooled(), lengths[c.name], **kw) for c in cures}
   adjusted = holm_of([((c.name, m), pooled[c.name].p_at[m]) for c in cures
                        if pooled[c.name] is not None for m in lengths[c.name]])
@@ -205,13 +154,13 @@ def _cures(cures: Sequence[data.Group], grids: Sequence[data.Group],
     seeds = []
     for run in c.runs:
       found = grouped.analyse(run.matrix, lengths[c.name], **kw)
-      periodic = {g.policy.chunk: base_seed[g.name][run.seed] for g in bases[c.name]
-                  if _periodic(base_seed[g.name].get(run.seed), g.policy.chunk)}
-      seeds.append(_cure_outcome(found, periodic, lambda m, f=found: f.p_at[m], _gate(run)))
-    periodic = {g.policy.chunk: base_pool[g.name] for g in bases[c.name]
-                if _periodic(base_pool[g.name], g.policy.chunk)}
+      periodic = {_chunk(g): base_seed[g.name][run.seed] for g in bases[c.name]
+                  if _periodic(base_seed[g.name].get(run.seed), _chunk(g))}
+      seeds.append(_cure_outcome(found, periodic, lambda m, f=found: f.p_at[m], JUDGE.gate(run)))
+    periodic = {_chunk(g): base_pool[g.name] for g in bases[c.name]
+                if _periodic(base_pool[g.name], _chunk(g))}
     pool = _cure_outcome(pooled[c.name], periodic, lambda m, n=c.name: adjusted[(n, m)],
-                         _gate(c))
+                         JUDGE.gate(c))
     pool.numbers.update(holm_family=len(adjusted))
     out[c.name] = (seeds, pool)
   return out
@@ -264,18 +213,18 @@ def e3_claim(evidence) -> Claim:
     common = [s for s in a.seeds if s in b.seeds]
     ra = [r.matrix for r in a.runs if r.seed in common]
     rb = [r.matrix for r in b.runs if r.seed in common]
-    raw[(a.name, b.name)] = _paired_outcome(ra, rb, _gate(a) or _gate(b), **kw)[1]
+    raw[(a.name, b.name)] = _paired_outcome(ra, rb, JUDGE.gate(a) or JUDGE.gate(b), **kw)[1]
   adjusted = holm_of([(k, p) for k, p in raw.items() if p is not None])
   out = {}
   for a, b in pairs:
     by_seed = {r.seed: r for r in b.runs}
-    seeds = [_paired_outcome([r.matrix], [by_seed[r.seed].matrix], _gate(r) or
-                             _gate(by_seed[r.seed]), **kw)[0]
+    seeds = [_paired_outcome([r.matrix], [by_seed[r.seed].matrix], JUDGE.gate(r) or
+                             JUDGE.gate(by_seed[r.seed]), **kw)[0]
              for r in a.runs if r.seed in by_seed]
     key = (a.name, b.name)
     common = [r for r in a.runs if r.seed in by_seed]
     pool = _paired_outcome([r.matrix for r in common],
-                           [by_seed[r.seed].matrix for r in common], _gate(a) or _gate(b),
+                           [by_seed[r.seed].matrix for r in common], JUDGE.gate(a) or JUDGE.gate(b),
                            adjust=lambda p, k=key: adjusted[k], **kw)[0]
     pool.numbers.update(holm_family=len(adjusted))
     out[f"{a.name} vs {b.label}"] = (seeds, pool)

@@ -348,9 +348,7 @@ def phase_rows(records: Sequence[VariantRecord], load: correctness.Loader | None
                                for m in stack])
     by_length = {m: summarize(correct, residues % m, m, None) for m in lengths
                  if stack[0].offsets_J.size % m == 0}
-    short = g.policy.name + (f" L={g.policy.chunk}" if isinstance(g.policy, eviction.ChunkKV)
-                             else "")
-    rows.append(data.PhaseRow(g.variant, g.label, g.policy.name, short, (g.budget,),
-                              g.policy.budget, f"lookup, {g.mode}", len(g.runs),
-                              float(correct.mean()), by_length))
+    rows.append(data.PhaseRow(g.variant, g.label, g.policy.name, data.short(g.policy),
+                              f"lookup, {g.mode}", len(g.runs), float(correct.mean()),
+                              by_length, budget=(g.budget,), given=g.policy.budget))
   return sorted(rows, key=lambda r: (r.variant, r.depth, r.given))

@@ -3,13 +3,14 @@
 The ``sparse_needles`` probe stores, per unit, one record per pattern (``probes
 .sparse_needles[<label>]``: the pattern's config dict, its block, the fraction of causal pairs
 it keeps, per depth the accuracies and the name of its matrix) and the matrices themselves
-(``DIR/correct/<unit>.npz`` as ``sparse_needles_<key>``). ``collect`` turns them into
-``Group``s: one pattern at one depth on one model variant, with one ``Run`` per training seed;
-a group's seed-pooled matrix stacks its seeds' haystack rows (``stats.seed_rule.pool_seeds``).
-A matrix's statistics at the block sizes a claim reads come from the engine
-(``claims.grouped.analyse``, shared with the eviction study); ``tables`` is what the report
-shows (accuracy by residue mod B pooled over seeds, with Wilson intervals, and the keep-all
-control against the plain needle sweep).
+(``DIR/correct/<unit>.npz`` as ``sparse_needles_<key>``). ``collect`` turns them into the
+engine's groups (``claims.policy_groups``: one pattern at one depth on one model variant, with
+one run per training seed; ``Group.setting`` is the pattern, ``block`` and ``kept`` read its
+records); a group's seed-pooled matrix stacks its seeds' haystack rows
+(``stats.seed_rule.pool_seeds``). A matrix's statistics at the block sizes a claim reads come
+from the engine (``claims.grouped.analyse``, shared with the eviction study); ``tables`` is
+what the report shows (accuracy by residue mod B pooled over seeds, with Wilson intervals, and
+the keep-all control against the plain needle sweep).
 """
 
 from __future__ import annotations
@@ -21,69 +22,15 @@ from typing import Any
 import numpy as np
 
 from chunkformer import sparse_prefill
-from chunkformer.evaluation.claims import rules as claim_rules
-from chunkformer.evaluation.claims import standards
+from chunkformer.evaluation.claims import policy_groups
+from chunkformer.evaluation.claims.policy_groups import Group
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.records.variant import VariantRecord
-from chunkformer.evaluation.stats.residue_accuracy import ResidueAccuracy, summarize
-from chunkformer.evaluation.stats.seed_rule import pool_seeds
 
 PROBE = "sparse_needles"
 # The model must retrieve with a dense prefill: its held-out far accuracy (rows as in
 # training) at least this, else its seed is undecided for every sparse-prefill claim.
 MODEL_ACCURACY = 0.9
-PLAIN = "needle"  # the plain needle sweep's matrices: ``needle_<depth>``
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One pattern at one depth on one trained model (one seed)."""
-
-  unit: str
-  seed: int
-  matrix: correctness.Matrix | None  # None: not stored
-  plain: correctness.Matrix | None  # the dense needle sweep's matrix at this depth
-  gate: float | None  # the model's held-out far accuracy with a dense prefill
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-  """One pattern (``label``) at one depth on one model variant, over its seeds."""
-
-  variant: str
-  label: str
-  pattern: sparse_prefill.Pattern
-  block: int
-  kept: float  # mean fraction of causal pairs kept (first batch of each seed)
-  depth: str
-  runs: tuple[Run, ...]
-
-  @property
-  def name(self) -> str:
-    return f"{self.variant}/{self.label}/{self.depth}"
-
-  @property
-  def gate(self) -> float | None:
-    """The seeds' mean model accuracy (the pooled test's gate)."""
-    found = [r.gate for r in self.runs]
-    return None if None in found else float(np.mean(found))
-
-  def pooled(self, rules: claim_rules.Rules | None = None) -> correctness.Matrix | None:
-    """The seeds' haystack rows pooled as the claim rules say (default: stacked, as the
-    report's descriptive tables read them); None when a matrix is missing or offsets differ."""
-    return _stack([r.matrix for r in self.runs], rules)
-
-
-def _stack(found: Sequence[correctness.Matrix | None],
-           rules: claim_rules.Rules | None = None) -> correctness.Matrix | None:
-  if not found or any(m is None for m in found) or any(
-      not np.array_equal(m.offsets_J, found[0].offsets_J) for m in found):
-    return None
-  if len(found) == 1:
-    return found[0]
-  rows = [m.correct_YxJ for m in found]
-  return correctness.Matrix(pool_seeds(rows) if rules is None else rules.pool(rows),
-                            found[0].offsets_J)
 
 
 def _pattern(spec: Mapping[str, Any], where: str) -> sparse_prefill.Pattern:
@@ -91,53 +38,34 @@ def _pattern(spec: Mapping[str, Any], where: str) -> sparse_prefill.Pattern:
   return sparse_prefill.from_dict(spec, field=where)
 
 
+READING = policy_groups.Reading(PROBE, "pattern", _pattern)
+of_kind = policy_groups.of_kind  # the groups whose pattern is exactly of one class
+
+
+def block(group: Group) -> int:
+  """The pattern's block in tokens (the first unit's record)."""
+  return int(group.entries[0]["block"])
+
+
+def kept(group: Group) -> float:
+  """The mean fraction of causal pairs kept (first batch of each seed)."""
+  return float(np.mean([float(e["kept_fraction"]) for e in group.entries]))
+
+
 def collect(records: Sequence[VariantRecord],
             load: correctness.Loader | None) -> list[Group]:
   """Every (variant, pattern, depth) group of the records' sparse_needles results, in the
   records' order then the probe's; runs in seed order."""
-  runs: dict[tuple[str, str, str], list[Run]] = {}
-  meta: dict[tuple[str, str, str], tuple[sparse_prefill.Pattern, int]] = {}
-  kept: dict[tuple[str, str, str], list[float]] = {}
-  for record in records:
-    found = (record.probes or {}).get(PROBE)
-    if not found:
-      continue
-    stored = (load(record.name) if load is not None else None) or {}
-    gate = standards.gate_accuracy(record)[0]
-    for label, entry in found.items():
-      pattern = _pattern(entry["pattern"], f"{record.name}: probes.{PROBE}.{label}.pattern")
-      for depth, values in entry["depths"].items():
-        key = (record.setup.variant, label, depth)
-        matrix = stored.get(f"{PROBE}_{values['matrix']}") if "matrix" in values else None
-        plain = stored.get(f"{PLAIN}_{depth}")
-        runs.setdefault(key, []).append(Run(record.name, record.setup.seed, matrix, plain, gate))
-        meta.setdefault(key, (pattern, int(entry["block"])))
-        kept.setdefault(key, []).append(float(entry["kept_fraction"]))
-  return [Group(v, label, *meta[(v, label, depth)], float(np.mean(kept[(v, label, depth)])),
-                depth, tuple(sorted(found, key=lambda r: r.seed)))
-          for (v, label, depth), found in runs.items()]
-
-
-def of_kind(groups: Sequence[Group], kind: type) -> list[Group]:
-  """The groups whose pattern is exactly of class ``kind`` (BlockSparse, VerticalSlash, ...)."""
-  return [g for g in groups if type(g.pattern) is kind]
+  return policy_groups.collect(READING, records, load)
 
 
 @dataclasses.dataclass(frozen=True)
-class PhaseRow:
-  """The report's row of one group: accuracy pooled over its seeds, and per block size B the
-  accuracy by residue of the needle offset mod B with Wilson intervals."""
+class PhaseRow(policy_groups.PhaseRow):
+  """The report's row of one group (``policy_groups.PhaseRow``) with its block and the share
+  of causal pairs it keeps."""
 
-  variant: str
-  label: str
-  kind: str  # the pattern's name (block_sparse, vertical_slash, a_shape, keep_all)
-  short: str  # the name with its block: "block_sparse B=8" (figure legends)
-  block: int
-  kept: float
-  depth: str
-  seeds: int
-  accuracy: float
-  residues: Mapping[int, ResidueAccuracy]  # B -> accuracy by offset mod B
+  block: int = 0
+  kept: float = 0.0
   # keep-all only: the share of (haystack, offset) cells equal to the dense needle sweep's
   matches_dense: float | None = None
 
@@ -152,7 +80,7 @@ class Tables:
 
 def block_sizes(groups: Sequence[Group]) -> list[int]:
   """The B of the groups' block-sparse patterns (the residues P2 reads)."""
-  return sorted({g.block for g in of_kind(groups, sparse_prefill.BlockSparse)})
+  return sorted({block(g) for g in of_kind(groups, sparse_prefill.BlockSparse)})
 
 
 def _matches(g: Group) -> float | None:
@@ -163,26 +91,20 @@ def _matches(g: Group) -> float | None:
   return float(np.mean([a.correct_YxJ == b.correct_YxJ for a, b in pairs]))
 
 
+def _row(g: Group, **common) -> PhaseRow:
+  match = _matches(g) if isinstance(g.setting, sparse_prefill.KeepAll) else None
+  return PhaseRow(kind=g.setting.name, short=f"{g.setting.name} B={block(g)}", **common,
+                  block=block(g), kept=kept(g), matches_dense=match)
+
+
 def tables(records: Sequence[VariantRecord], load: correctness.Loader | None) -> Tables:
   """A row per group with stored matrices (every seed's), in the probe's order, and the dense
   needle sweep's pooled accuracy per (variant, depth)."""
   groups = collect(records, load)
-  sizes = sorted({*block_sizes(groups), *(g.block for g in groups)})
-  rows, dense = [], {}
+  sizes = sorted({*block_sizes(groups), *(block(g) for g in groups)})
+  dense = {}
   for g in groups:
-    matrix = g.pooled()
-    if matrix is None:
-      continue
-    outcomes = matrix.correct_YxJ.ravel()
-    offsets = np.broadcast_to(matrix.offsets_J, matrix.correct_YxJ.shape).ravel()
-    # only the B whose residues the offsets cover equally often (J a multiple of B)
-    residues = {m: summarize(outcomes, offsets % m, m, None) for m in sizes
-                if matrix.offsets_J.size % m == 0}
-    match = _matches(g) if isinstance(g.pattern, sparse_prefill.KeepAll) else None
-    rows.append(PhaseRow(g.variant, g.label, g.pattern.name, f"{g.pattern.name} B={g.block}",
-                         g.block, g.kept, g.depth, len(g.runs), float(outcomes.mean()),
-                         residues, match))
-    plain = _stack([r.plain for r in g.runs])
-    if plain is not None:
+    plain = policy_groups.stack([r.plain for r in g.runs])
+    if g.pooled() is not None and plain is not None:
       dense.setdefault((g.variant, g.depth), float(plain.correct_YxJ.mean()))
-  return Tables(tuple(rows), dense)
+  return Tables(tuple(policy_groups.phase_rows(groups, sizes, _row)), dense)

@@ -12,10 +12,11 @@ row is decoded densely from the cache that prefill wrote. Where the prompt ends
   prefill's last position;
 - ``question`` (the eviction probe's): right before the query's last key token, which is then
   decoded densely with the answer; only the cache the sparse prefill wrote is sparse.
-Each pattern's record holds its block, the mean fraction of causal
-(query, key) pairs its index sets keep on the first batch's prompts (``kept_fraction``, over
-rows, layers and heads) and, per depth, the accuracy by needle offset and by offset mod L for
-each L of ``phase_sizes`` and the pattern's own block; its correctness matrices are stored as
+The sweep itself is the engine's (``evaluation.probes.policy_needles``): each pattern's record
+holds its block, the mean fraction of causal (query, key) pairs its index sets keep on the
+first batch's prompts (``kept_fraction``, over rows, layers and heads) and, per depth, the
+accuracy by needle offset and by offset mod L for each L of ``phase_sizes``, the unit's chunk
+sizes and the pattern's own block; its correctness matrices are stored as
 ``sparse_needles_<label>_<depth>`` so that claims can recompute everything.
 A model with other than full-attention layers is refused (ConfigError from the plan).
 """
@@ -29,11 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from chunkformer import sparse_prefill
-from chunkformer.config_sections.errors import ConfigError, one_of, require
-from chunkformer.evaluation.probes import decoding, needle_sweep
+from chunkformer.config_sections.errors import one_of, require
+from chunkformer.evaluation.probes import decoding, needle_sweep, policy_needles
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext, ProbeResult
-from chunkformer.evaluation.records import correctness
 from chunkformer.sparse_prefill import search
 
 FIELD = "sweep.probes.sparse_needles"
@@ -50,27 +50,17 @@ def pattern_of(spec: Mapping[str, Any], field: str = FIELD) -> sparse_prefill.Pa
   return sparse_prefill.from_dict(spec, field=field)
 
 
-def _plain(spec: Any) -> dict[str, Any]:
-  return spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)  # ConfigDict or dict
+def _checked(spec: dict[str, Any], where: str) -> sparse_prefill.Pattern:
+  block = spec.get("block")
+  require(isinstance(block, int) and not isinstance(block, bool) and block >= 1,
+          f"{where}.block", f"must be an int >= 1 (tokens per block), got {block!r}")
+  return pattern_of(spec, where)
 
 
 def chosen_patterns(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   """The config's pattern dicts, checked: ConfigError naming the bad entry."""
-  if isinstance(specs, (str, bytes, Mapping)) or not specs:
-    raise ConfigError(f"config field '{FIELD}.patterns': give a list of pattern dicts, got "
-                      f"{specs!r}")
-  chosen = []
-  for i, s in enumerate(specs):
-    spec, where = _plain(s), f"{FIELD}.patterns[{i}]"
-    block = spec.get("block")
-    require(isinstance(block, int) and not isinstance(block, bool) and block >= 1,
-            f"{where}.block", f"must be an int >= 1 (tokens per block), got {block!r}")
-    pattern_of(spec, where)
-    chosen.append(spec)
-  labels = [label(s) for s in chosen]
-  if len(set(labels)) != len(labels):
-    raise ConfigError(f"config field '{FIELD}.patterns': a pattern is listed twice ({labels})")
-  return chosen
+  return [spec for spec, _ in policy_needles.chosen(specs, FIELD, "patterns", "pattern",
+                                                    _checked, lambda spec, _: label(spec))]
 
 
 def check_options(patterns: Sequence[Mapping[str, Any]] = (), prompt_end: str = "answer",
@@ -104,18 +94,7 @@ def prompt_length(sweep: needle_sweep.SweepRows, prompt_end: str = "answer") -> 
   """Tokens prefilled for one depth's rows (the same for every row). The first scored target
   is predicted at index ``answer_start``: ``answer`` prefills through it, ``question`` stops
   right before it."""
-  starts = np.unique(sweep.answer_start_N)
-  if starts.size != 1:
-    raise ValueError(f"depth {sweep.name}: rows answer at {starts.tolist()}; one prompt "
-                     "length per depth is needed")
-  return int(starts[0]) + (prompt_end == "answer")
-
-
-def by_phase(correct_YxJ: np.ndarray, offsets_J: np.ndarray, size: int) -> list[float | None]:
-  """Accuracy of the needles at offset mod ``size`` = 0 .. size - 1 (None where none)."""
-  phase_J = offsets_J % size
-  return [float(correct_YxJ[:, phase_J == p].mean()) if (phase_J == p).any() else None
-          for p in range(size)]
+  return policy_needles.answer_start(sweep) + (prompt_end == "answer")
 
 
 def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
@@ -123,38 +102,27 @@ def probe(context: ProbeContext, patterns: Sequence[Mapping[str, Any]] = (),
           depths: Sequence[float] = (0.0,), phase_sizes: Sequence[int] = (),
           batch_size: int = 32) -> ProbeResult:
   """Accuracy by needle offset and phase under each pattern (kv models; others record None)."""
-  config = context.trained.config
-  if config.data.task != "kv":
+  check_options(patterns, prompt_end)
+  sweeps = policy_needles.kv_rows(context, num_offsets, num_haystacks, depths)
+  if sweeps is None:
     return ProbeResult(None)
-  chosen = chosen_patterns(patterns)
-  one_of(prompt_end, PROMPT_ENDS, f"{FIELD}.prompt_end")
-  spec = needle_sweep.NeedleSweepSpec(num_offsets, num_haystacks, tuple(float(d) for d in depths),
-                                      seed=context.seed)
-  sweeps = needle_sweep.build(config.data, spec)
-  record, matrices = {}, {}
-  for spec_dict in chosen:
-    name, block = label(spec_dict), int(spec_dict["block"])
-    plan = sparse_prefill.Plan.uniform(config.model, pattern_of(spec_dict), block=block)
-    sizes = sorted({*(int(m) for m in phase_sizes), *context.chunk_sizes, block})
-    depth_records, kept = {}, []
-    for sweep in sweeps:
-      length = prompt_length(sweep, prompt_end)
-      predictor = SparsePrefillPredictor(context.trained, batch_size, plan, length)
-      kept.append(predictor.kept_fraction(sweep.rows["inputs"][:batch_size]))
-      (result,) = needle_sweep.run(predictor, [sweep])
-      key = f"{name}_{result.name}"
-      matrices[key] = correctness.Matrix(result.correct_YxJ, result.offsets_J)
-      depth_records[result.name] = {
-          "matrix": key,
-          "accuracy": float(result.correct_YxJ.mean()),
-          "accuracy_by_offset": [float(a) for a in result.correct_YxJ.mean(axis=0)],
-          "accuracy_by_phase": {str(m): by_phase(result.correct_YxJ, result.offsets_J, m)
-                                for m in sizes},
-      }
-    record[name] = {
-        "pattern": spec_dict, "block": block,
-        "prompt_end": prompt_end,
-        "prompt_tokens": sorted({prompt_length(s, prompt_end) for s in sweeps}),
-        "kept_fraction": float(np.mean(kept)),
-        "offsets": [int(o) for o in sweeps[0].offsets_J], "depths": depth_records}
-  return ProbeResult(record, matrices)
+  model = context.trained.config.model
+
+  def setting(spec: dict[str, Any]) -> policy_needles.Setting:
+    block, kept = int(spec["block"]), []
+    plan = sparse_prefill.Plan.uniform(model, pattern_of(spec), block=block)
+
+    def predictor(sweep: needle_sweep.SweepRows) -> SparsePrefillPredictor:
+      found = SparsePrefillPredictor(context.trained, batch_size, plan,
+                                     prompt_length(sweep, prompt_end))
+      kept.append(found.kept_fraction(sweep.rows["inputs"][:batch_size]))
+      return found
+
+    return policy_needles.Setting(
+        label(spec), (block,), predictor,
+        lambda: {"pattern": spec, "block": block, "prompt_end": prompt_end,
+                 "prompt_tokens": sorted({prompt_length(s, prompt_end) for s in sweeps}),
+                 "kept_fraction": float(np.mean(kept))})
+
+  return policy_needles.run(context, map(setting, chosen_patterns(patterns)), sweeps,
+                           phase_sizes)
