@@ -8,23 +8,21 @@ import pytest
 
 from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records import correctness
-from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from chunkformer.studies.eviction.claims import eviction_claims as claims
 from chunkformer.studies.eviction.claims import eviction_data
 from chunkformer.studies.eviction.stats.sign_flip import paired_rows, sign_flip_test
+from tests import policy_sweeps
 
 Y, J = 8, 24  # haystacks, offsets (6 periods of 4)
 OFFSETS = np.arange(1, J + 1)  # absolute positions: offset 1 has phase 1 mod 4
-BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
-                           num_permutations=10)
 GRID = dict(policy="chunkkv", budget=16, chunk=4, window=4)
 CUT = dict(policy="chunkkv_cut", budget=16, chunk=4, window=4)
 CONTENT = dict(policy="content_chunkkv", budget=16, window=4, delimiters=[3], min_chunk=3,
                max_chunk=8)
 SNAP = dict(policy="snapkv", budget=16, window=4)
 STREAM = dict(policy="streaming_llm", budget=16, sinks=4)
+evidence = policy_sweeps.evidence  # the claims' evidence over constructed units
 
 
 def blind_phase(phase: int, size: int = 4) -> np.ndarray:
@@ -41,7 +39,7 @@ def scattered() -> np.ndarray:
 
 
 def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99, budget: int = 16,
-         kept: dict[str, int] | None = None) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
+         kept: dict[str, int] | None = None) -> policy_sweeps.Unit:
   """A full-attention unit whose eviction_needles probe gave ``matrices`` (name -> its
   policy's far matrix, name one of the specs above); ``kept``: name -> its budget in tokens
   where it is not ``budget`` (whole chunks round it down)."""
@@ -54,29 +52,14 @@ def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99, budget:
     probe[label] = {"policy": dict(specs[name], budget=budget), "budget_tokens": [tokens],
                     "depths": {"far": {"accuracy": float(matrix.mean()), "matrix": key}}}
     stored[f"eviction_needles_{key}"] = correctness.Matrix(matrix, OFFSETS[:matrix.shape[1]])
-  name = f"full_seed{seed}"
-  record = VariantRecord(VariantSetup("full", "full", "full", seed=seed, name=name, task="kv"),
-                         BASE, "needle", 10, compression_ratio=1.0,
-                         heldout={"far_accuracy": held}, probes={"eviction_needles": probe})
-  return record, stored
-
-
-def evidence(units) -> registry.Evidence:
-  stored = {r.name: m for r, m in units}
-  return registry.Evidence(tuple(r for r, _ in units), {}, stored.get, seed=0,
-                           num_resamples=100, num_permutations=1000)
+  return policy_sweeps.unit(seed, "eviction_needles", probe, stored, held=held)
 
 
 def test_a_blind_phase_on_the_grid_is_a_period_of_l_and_delimiter_chunks_remove_it():
   units = [unit(s, {"grid": blind_phase(s % 4), "content": scattered()}) for s in range(3)]
   found = evidence(units)
-  e1 = claims.e1_claim(found)
-  assert (e1.verdict, e1.seeds_agreeing) == (REPRODUCED, "3/3")
-  group = e1.numbers["full/grid-b16/far"]
-  assert [s["detected_period"] for s in group["seeds"]] == [4, 4, 4]
   # by hand: phase s % 4 misses in every haystack, the others never: gap 1 at L = 4
-  assert [s["gap"]["4"] for s in group["seeds"]] == [1.0, 1.0, 1.0]
-  assert [s["weakest_phase"]["4"] for s in group["seeds"]] == [0, 1, 2]
+  group = policy_sweeps.assert_period_of_four(claims.e1_claim(found), "full/grid-b16/far")
   assert group["pooled"]["holm_family"] == 1
   e2 = claims.e2_claim(found)
   assert (e2.verdict, e2.seeds_agreeing) == (REPRODUCED, "3/3")

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records import correctness
-from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from chunkformer.studies.eviction.claims import lookup_claims as claims
+from tests import policy_sweeps
 
 Y, R = 100, 8  # prompts per residue, residues of the target position mod 8
 RESIDUES = np.arange(R)
 POSITIONS = 8 * np.arange(Y)[:, None] + RESIDUES[None, :] + 1  # the shifted design
-BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
-                           num_permutations=10)
 SPECS = dict(grid4=dict(policy="chunkkv", budget=16, chunk=4, window=8),
              grid8=dict(policy="chunkkv", budget=16, chunk=8, window=8),
              content=dict(policy="content_chunkkv", budget=16, window=8, delimiters=[40, 41],
@@ -25,6 +21,7 @@ SPECS = dict(grid4=dict(policy="chunkkv", budget=16, chunk=4, window=8),
              snap=dict(policy="snapkv", budget=16, window=8),
              stream=dict(policy="streaming_llm", budget=16, sinks=4),
              h2o=dict(policy="h2o", budget=16, recent=8))
+evidence = policy_sweeps.evidence  # the claims' evidence over constructed units
 
 
 def by_residue(accuracy_R, seed: int = 0) -> np.ndarray:
@@ -42,7 +39,7 @@ def dip(low_residues, seed: int, high: float = 0.9, low: float = 0.3) -> np.ndar
 
 
 def unit(seed: int, matrices: dict[str, np.ndarray], variant: str = "full_1kv"
-         ) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
+         ) -> policy_sweeps.Unit:
   """A full-attention unit whose eviction_lookup probe gave ``matrices`` (name of a SPECS
   policy -> its prefix-padding matrix)."""
   probe, stored = {}, {}
@@ -53,18 +50,8 @@ def unit(seed: int, matrices: dict[str, np.ndarray], variant: str = "full_1kv"
                             "result": {}}
     stored[f"eviction_lookup_{key}"] = correctness.Matrix(matrix, RESIDUES,
                                                           positions_YxJ=POSITIONS)
-  name = f"{variant}_seed{seed}"
-  record = VariantRecord(VariantSetup(variant, "full", "full", seed=seed, name=name,
-                                      task="lookup"),
-                         BASE, "lookup", 10, compression_ratio=1.0,
-                         probes={"eviction_lookup": probe})
-  return record, stored
-
-
-def evidence(units) -> registry.Evidence:
-  stored = {r.name: m for r, m in units}
-  return registry.Evidence(tuple(r for r, _ in units), {}, stored.get, seed=0,
-                           num_resamples=100, num_permutations=1000)
+  return policy_sweeps.unit(seed, "eviction_lookup", probe, stored, variant=variant,
+                            task="lookup")
 
 
 def test_a_dip_at_one_phase_of_the_grid_is_its_period_and_content_chunks_remove_it():

@@ -7,30 +7,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from chunkformer import config as config_lib
 from chunkformer import eviction
-from chunkformer import runtime as runtime_lib
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import evicting, needle_sweep
-from chunkformer.evaluation.probes import trained as trained_lib
+from chunkformer.evaluation.probes import evicting
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.probes.registry import PROBES, check
 from chunkformer.eviction import StreamingLLM, from_dict
 from chunkformer.studies.eviction.probes import eviction_needles
-from configs import smoke
+from tests import policy_sweeps
 from tests.eviction_reference import keep_masks, masked_forward_jit
 
 
 @pytest.fixture(scope="module")
 def trained():
-  config = config_lib.from_dict(smoke.get_config().to_dict())  # 2 full layers, T = 32
-  rt = runtime_lib.build(config)
-  return trained_lib.TrainedModel("", config, rt, rt.fresh_state().params, 0)
+  return policy_sweeps.smoke_model()  # 2 full layers, T = 32
 
 
 def _rows(trained):
-  spec = needle_sweep.NeedleSweepSpec(num_offsets=6, num_haystacks=2, depths=(0.0,))
-  return needle_sweep.build(trained.config.data, spec)[0]
+  return policy_sweeps.far_rows(trained, 6)
 
 
 def test_evicting_predictor_predicts_as_the_forward_pass_with_evicted_keys_masked(trained):

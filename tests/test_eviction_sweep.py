@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import run as sweep
 from configs.sweeps import eviction as eviction_sweep
+from tests import policy_sweeps
 
 
 def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(tmp_path):
@@ -28,15 +27,9 @@ def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(t
             "chunkkv_cut-b8-window2-kernel7-poolingmax-layer_reuse1-chunk4",
             "content_chunkkv-b8-window2-kernel7-poolingmax-layer_reuse1-delim3-len2-4"]
   for entry in stored["variants"]:
-    probe = entry["probes"]["eviction_needles"]
-    assert list(probe) == labels
-    matrices = correctness.load(correctness.path_for(workdir, entry["name"]))
-    for label in labels:
-      far = probe[label]["depths"]["far"]
-      matrix = matrices[f"eviction_needles_{far['matrix']}"]
-      assert matrix.correct_YxJ.shape == (2, 12)
-      assert far["accuracy"] == pytest.approx(matrix.correct_YxJ.mean())
-      assert len(far["accuracy_by_phase"]["4"]) == 4
+    policy_sweeps.assert_far_records(
+        entry["probes"]["eviction_needles"],
+        correctness.load(correctness.path_for(workdir, entry["name"])), "eviction_needles", labels)
   claims = {c["id"]: c for c in stored["claims"]}
   assert [k for k in claims if k.startswith("E")] == ["E1", "E2", "E3", "E4", "E5", "E6"]
   assert all(claims[k]["verdict"] in VERDICTS and claims[k]["reason"] for k in ("E1", "E2", "E3"))
@@ -52,7 +45,4 @@ def test_the_tiny_eviction_sweep_writes_matrices_claims_and_its_report_section(t
   assert "| eviction_needles |" not in report  # not dumped as JSON among the other probes
   assert os.path.exists(os.path.join(workdir, "plots", "eviction_phase_tiny_far.png"))
   assert "(plots/eviction_phase_tiny_far.png)" in report
-  # Resumable: a second run finds every unit finished and every record current.
-  again = sweep.run(config, workdir, command="again")
-  assert [r.eval_wall_s for r in again.records] == [r.eval_wall_s for r in outcome.records]
-  assert [c.to_json() for c in again.claims] == [c.to_json() for c in outcome.claims]
+  policy_sweeps.assert_resumes(config, workdir, outcome)  # nothing retrained or re-evaluated

@@ -5,23 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunkformer.evaluation.claims import registry
 from chunkformer.evaluation.records import correctness
-from chunkformer.evaluation.records.variant import VariantRecord, VariantSetup
-from chunkformer.evaluation.stats import periodicity
 from chunkformer.evaluation.stats.seed_rule import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from chunkformer.studies.sparse_prefill.claims import sparse_claims as claims
 from chunkformer.studies.sparse_prefill.claims import sparse_data
+from tests import policy_sweeps
 
 Y, J = 8, 24  # haystacks, offsets (6 periods of 4)
 OFFSETS = np.arange(1, J + 1)  # absolute positions: offset 1 has residue 1 mod 4
-BASE = periodicity.analyze(np.ones((2, 12)), np.arange(12), [4], num_resamples=10,
-                           num_permutations=10)
 SPECS = dict(blocks=dict(pattern="block_sparse", block=4, top=2),
              lines=dict(pattern="vertical_slash", block=4, vertical=4, slash=8, last_q=4,
                         forced_vertical=1, forced_slash=4),
              band=dict(pattern="a_shape", block=4, sink=4, local=8),
              dense=dict(pattern="keep_all", block=4))
+evidence = policy_sweeps.evidence  # the claims' evidence over constructed units
 
 
 def blind_residue(residue: int, size: int = 4) -> np.ndarray:
@@ -38,7 +35,7 @@ def scattered() -> np.ndarray:
 
 
 def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99,
-         plain: np.ndarray | None = None) -> tuple[VariantRecord, dict[str, correctness.Matrix]]:
+         plain: np.ndarray | None = None) -> policy_sweeps.Unit:
   """A full-attention unit whose sparse_needles probe gave ``matrices`` (a name of SPECS ->
   its pattern's far matrix) and whose plain needle sweep gave ``plain``."""
   probe, stored = {}, {}
@@ -49,29 +46,14 @@ def unit(seed: int, matrices: dict[str, np.ndarray], held: float = 0.99,
     stored[f"sparse_needles_{key}"] = correctness.Matrix(matrix, OFFSETS[:matrix.shape[1]])
   if plain is not None:
     stored["needle_far"] = correctness.Matrix(plain, OFFSETS)
-  name = f"full_seed{seed}"
-  record = VariantRecord(VariantSetup("full", "full", "full", seed=seed, name=name, task="kv"),
-                         BASE, "needle", 10, compression_ratio=1.0,
-                         heldout={"far_accuracy": held}, probes={"sparse_needles": probe})
-  return record, stored
-
-
-def evidence(units) -> registry.Evidence:
-  stored = {r.name: m for r, m in units}
-  return registry.Evidence(tuple(r for r, _ in units), {}, stored.get, seed=0,
-                           num_resamples=100, num_permutations=1000)
+  return policy_sweeps.unit(seed, "sparse_needles", probe, stored, held=held)
 
 
 def test_a_blind_residue_on_the_block_grid_is_a_period_of_b_and_flat_lines_have_none():
   units = [unit(s, {"blocks": blind_residue(s % 4), "lines": scattered()}) for s in range(3)]
   found = evidence(units)
-  p1 = claims.p1_claim(found)
-  assert (p1.verdict, p1.seeds_agreeing) == (REPRODUCED, "3/3")
-  group = p1.numbers["full/blocks/far"]
-  assert [s["detected_period"] for s in group["seeds"]] == [4, 4, 4]
   # by hand: residue s % 4 misses in every haystack, the others never: gap 1 at B = 4
-  assert [s["gap"]["4"] for s in group["seeds"]] == [1.0, 1.0, 1.0]
-  assert [s["weakest_phase"]["4"] for s in group["seeds"]] == [0, 1, 2]
+  group = policy_sweeps.assert_period_of_four(claims.p1_claim(found), "full/blocks/far")
   assert group["pooled"]["holm_family"] == 1 and group["pooled"]["kept_fraction"] == 0.5
   p2 = claims.p2_claim(found)
   assert (p2.verdict, p2.seeds_agreeing) == (REPRODUCED, "3/3")

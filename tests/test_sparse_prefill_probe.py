@@ -5,28 +5,22 @@ the record's accuracies by offset and phase are its matrix's."""
 import numpy as np
 import pytest
 
-from chunkformer import config as config_lib
-from chunkformer import runtime as runtime_lib
 from chunkformer import sparse_prefill
 from chunkformer.config import ConfigError
-from chunkformer.evaluation.probes import needle_sweep
 from chunkformer.evaluation.probes import trained as trained_lib
 from chunkformer.evaluation.probes.base import ProbeContext
 from chunkformer.evaluation.probes.registry import PROBES, check
 from chunkformer.studies.sparse_prefill.probes import sparse_needles
-from configs import smoke
+from tests import policy_sweeps
 
 
 @pytest.fixture(scope="module")
 def trained():
-  config = config_lib.from_dict(smoke.get_config().to_dict())  # 2 full layers, T = 32
-  rt = runtime_lib.build(config)
-  return trained_lib.TrainedModel("", config, rt, rt.fresh_state().params, 0)
+  return policy_sweeps.smoke_model()  # 2 full layers, T = 32
 
 
 def _rows(trained):
-  spec = needle_sweep.NeedleSweepSpec(num_offsets=8, num_haystacks=2, depths=(0.0,))
-  return needle_sweep.build(trained.config.data, spec)[0]
+  return policy_sweeps.far_rows(trained, 8)
 
 
 def _predict(trained, pattern, block=4, prompt_end="answer"):

@@ -14,6 +14,7 @@ from chunkformer.evaluation.records import correctness
 from chunkformer.evaluation.stats.seed_rule import VERDICTS
 from chunkformer.evaluation.sweep import run as sweep
 from configs.sweeps import sparse_prefill as sparse_sweep
+from tests import policy_sweeps
 
 
 def test_the_tiny_sparse_prefill_sweep_writes_matrices_claims_and_its_report_section(tmp_path):
@@ -27,14 +28,9 @@ def test_the_tiny_sparse_prefill_sweep_writes_matrices_claims_and_its_report_sec
   labels = ["keep_all-b4", "block_sparse-k2-b4", "vertical_slash-v2-s4-q4-fv1-fs2-b4",
             "a_shape-i2-l4-b4"]
   probe = stored["variants"][0]["probes"]["sparse_needles"]
-  assert list(probe) == labels
-  matrices = correctness.load(correctness.path_for(workdir, "tiny_seed0"))
-  for label in labels:
-    far = probe[label]["depths"]["far"]
-    matrix = matrices[f"sparse_needles_{far['matrix']}"]
-    assert matrix.correct_YxJ.shape == (2, 12)
-    assert far["accuracy"] == pytest.approx(matrix.correct_YxJ.mean())
-    assert len(far["accuracy_by_phase"]["4"]) == 4
+  policy_sweeps.assert_far_records(
+      probe, correctness.load(correctness.path_for(workdir, "tiny_seed0")), "sparse_needles",
+      labels)
   assert probe["keep_all-b4"]["kept_fraction"] == pytest.approx(1.0)
   assert probe["block_sparse-k2-b4"]["kept_fraction"] < 1.0
   claims = {c["id"]: c for c in stored["claims"]}
@@ -51,7 +47,4 @@ def test_the_tiny_sparse_prefill_sweep_writes_matrices_claims_and_its_report_sec
   assert "| sparse_needles |" not in report  # not dumped as JSON among the other probes
   assert os.path.exists(os.path.join(workdir, "plots", "sparse_prefill_phase_tiny_far.png"))
   assert "(plots/sparse_prefill_phase_tiny_far.png)" in report
-  # Resumable: a second run finds every unit finished and every record current.
-  again = sweep.run(config, workdir, command="again")
-  assert [r.eval_wall_s for r in again.records] == [r.eval_wall_s for r in outcome.records]
-  assert [c.to_json() for c in again.claims] == [c.to_json() for c in outcome.claims]
+  policy_sweeps.assert_resumes(config, workdir, outcome)  # nothing retrained or re-evaluated
