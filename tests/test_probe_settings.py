@@ -70,10 +70,9 @@ def test_each_committed_sweep_config_runs_the_probes_its_results_were_made_with(
   assert ("probes" in stored) != ("slot_gain_rows" in stored)  # one form, never both
   # The claim rules are judged, not measured: a stored file without them was judged under
   # version 1 (claims.rules), which changes no record.
-  settings = {k: v for k, v in sweep_config.settings_from(config).to_json().items()
-              if k != "rules"}
-  stored = {k: v for k, v in stored.items() if k != "rules"}
-  assert probe_settings.comparable(settings) == probe_settings.comparable(stored)
+  def measured(settings):
+    return probe_settings.comparable({k: v for k, v in settings.items() if k != "rules"})
+  assert measured(sweep_config.settings_from(config).to_json()) == measured(stored)
 
 
 @pytest.mark.parametrize("sweep, match", [
