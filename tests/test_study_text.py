@@ -64,14 +64,15 @@ def test_verdict_lines_state_the_period_the_table_shows():
 def test_run_record_states_the_current_claims():
   claims = {c.id: c for c in _results().claims}
   run = _read("RUN.md")
-  section = run[run.index("## Current verdicts"):run.index("## How the first part ran")]
+  start = run.index("## Current verdicts")
+  section = run[start:run.index("\n## ", start)]
   rows = re.findall(r"^\| (C\d) [^|]*\| [^|]*\| \**([A-Z ]+?)(?: on one seed)? (\d+/\d+)\** \|",
                     section, flags=re.M)
   assert [r[0] for r in rows] == [f"C{i}" for i in range(1, 10)]
   for claim_id, verdict, count in rows:
     assert (verdict, count) == (claims[claim_id].verdict, claims[claim_id].seeds_agreeing)
   # The 3-token router is periodic (not at M, at period 3 or 6): no sentence may call it not.
-  assert "none periodic" not in run
+  assert "none periodic" not in run + _read("HISTORY.md")
   haystack = claims["C9"].numbers["haystack_level"]["seeds_agreeing"]
   assert f"C9 would read {haystack} seeds" in " ".join(section.split())
 

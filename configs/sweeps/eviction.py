@@ -15,7 +15,7 @@ mod L for each L; the matrices stay in ``DIR/correct/`` for claims E1-E3 (docs/c
 The model: the study's (2 layers, width 64, 4 heads, T = 160, 6 pairs, 4 queries; its
 ``SHARED``) with keys and queries shifted by 3 (``model.query_shift``), the study's setting in
 which full attention learned 2-token needles in every seed (held-out far accuracy 0.986-0.998
-at 3000 steps, results/study/RUN.md, ninth part). The budget, fixed before any unit of this
+at 3000 steps, results/study/HISTORY.md, ninth part). The budget, fixed before any unit of this
 sweep trained, by the study's rule (twice the first evaluated step at which a calibration run
 reached >= 0.95): the calibration (2026-12-03 16:00-16:11 UTC, one single-threaded process
 at nice 19 on a loaded machine: ``train.py --config configs/kv_full.py`` with this file's

@@ -19,14 +19,14 @@ C5 with multi-token needles (2-token keys and values, where a split can be parti
 M = 8, two seeds, full attention and fixed M = 2 and 4 (the pair C5 compares), three seeds
 each, KV2_STEPS = 3000 updates for all of them.
 The rule: the budget at which full attention without key shift reached >= 0.95 held-out far
-accuracy on 2-token needles was step 2000 of a 4000-step schedule (0.967; results/study/RUN.md,
+accuracy on 2-token needles was step 2000 of a 4000-step schedule (0.967; results/study/HISTORY.md,
 "C5 calibration"), but a 2000-step schedule reached only 0.735 (the previous revision of this
 study), so the budget is 3000 steps, half way between, for every 2-token unit.
 3-token keys and values (the fourth and fifth parts; three seeds for full, fixed M = 4 and the
 router, two for the others; the delimiter rule from the fifth part): the 2-layer model did not
 learn them (0.15 held-out far accuracy after 1500 steps), a 3-layer model of the same width did
 (calibration on a 4000-step schedule: 0.127 / 0.160 / 0.411 / 0.862 / 0.951 at steps 250 /
-500 / 750 / 1000 / 1250; results/study/RUN.md, "3-token calibration"), so every 3-token unit
+500 / 750 / 1000 / 1250; results/study/HISTORY.md, "3-token calibration"), so every 3-token unit
 has 3 layers and KV3_STEPS = 2500 updates: twice the first step at which the calibration
 reached >= 0.95, because the 2-token block showed that a schedule as long as the crossing
 step falls short (0.735 on a 2000-step schedule against 0.967 at step 2000 of 4000). Units:
