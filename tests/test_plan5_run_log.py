@@ -1,7 +1,7 @@
 """results/paper_plan5/RUN.md says only what the committed unit files hold: every unit of its
 latest state table with its held-out accuracy (final_metrics.json) and training minutes
 (sweep_train_time.json), every unit trained so far in the table, and the ranges its text
-quotes."""
+quotes; its history (HISTORY.md) quotes the retrained unit's committed loss."""
 
 from __future__ import annotations
 
@@ -75,9 +75,9 @@ def test_the_ranges_the_text_quotes():
 
 
 def test_the_quoted_retrain_is_the_committed_units_loss():
-  # the retrain on a fresh machine (the 2026-12-05 23:50 state section) matched
-  # w8s8_1kv_seed0's committed held-out loss exactly
-  with open(os.path.join(SWEEP, "RUN.md"), encoding="utf-8") as f:
+  # the retrain on a fresh machine (the 2026-12-05 23:50 state section, now in the sweep's
+  # history) matched w8s8_1kv_seed0's committed held-out loss exactly
+  with open(os.path.join(SWEEP, "HISTORY.md"), encoding="utf-8") as f:
     text = " ".join(f.read().split())
   with open(os.path.join(SWEEP, "w8s8_1kv_seed0", "final_metrics.json")) as f:
     heldout = json.load(f)["heldout"]

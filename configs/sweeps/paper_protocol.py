@@ -86,7 +86,8 @@ PLAN5_SIZE_RUNS = ("w8s8_1kv", "full_1kv")
 PLAN5_SIZE_SEEDS = 2
 PLAN5_STEPS = 12_000  # PLAN.md section 2: one budget for every unit
 # PLAN.md section 1: 14 demonstrations per row (15 scored lookups instead of 9), in training and
-# in every lookup probe (the pilot with 15 learned, RUN.md; 14 leaves the target 3 periods of 24)
+# in every lookup probe (the pilot with 15 learned, results/paper_plan5/HISTORY.md; 14 leaves the
+# target 3 periods of 24)
 PLAN5_DEMOS = 14
 PLAN5_LOOKUP = {"num_records": 16, "num_demos": PLAN5_DEMOS}
 # PLAN.md section 3: the eviction policies on the full-attention units (others record none).
