@@ -18,7 +18,7 @@ Seeds: 3 per variant (units ``<variant>_seed<k>``, config.seed = k + sweep.seed)
 
 Training budget, the same for every unit, fixed in advance: STEPS updates of BATCH rows of
 SEQ_LEN bytes (1000 x 8 x 256 = 2.05 M tokens per unit), one learning-rate schedule; the size
-that fits about two hours of 2 CPU cores. Measured (results/code_lm/RUN.md): at this budget the
+that fits about two hours of 2 CPU cores. Measured (results/code_lm/HISTORY.md): at this budget the
 full control does NOT learn the needles (held-out answer bytes at chance, 0.036-0.052; no
 needle exact in the probe; also not with key shift 2 + partial rotary 0.25), so the needle part
 of C7 needs a larger budget (``--config.overrides.train.steps=...``, the same for every unit)
