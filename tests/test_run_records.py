@@ -1,6 +1,7 @@
 """Every committed sweep's run record (results/*/RUN.md) opens with the command, commit, machine,
 load and wall time (docs/style.md, rule 15), and every commit it names there is one of this
-repository's."""
+repository's; a sweep's history (results/*/HISTORY.md, the running narrative moved out of its
+RUN.md) sits beside a RUN.md that links to it before its first section."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = sorted(glob.glob(os.path.join(ROOT, "results", "*", "RUN.md")))
+HISTORIES = sorted(glob.glob(os.path.join(ROOT, "results", "*", "HISTORY.md")))
 FIELDS = ("Command", "Commit", "Machine", "Load", "Wall time")
 HEAD_LINES = 25
 HASH = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])")
@@ -72,3 +74,22 @@ def test_every_commit_the_header_names_exists(path):
              if subprocess.run(["git", "cat-file", "-e", f"{h}^{{commit}}"], cwd=ROOT,
                                capture_output=True).returncode != 0]
   assert not missing, f"{_name(path)}: not commits of this repository: {missing}"
+
+
+def test_the_long_running_sweeps_keep_their_narrative_in_a_history():
+  # the sweeps that ran in dated parts, states or pilots (the parametrised test below then
+  # cannot pass on an empty glob)
+  names = {_name(path) for path in HISTORIES}
+  assert {"study", "paper_plan5", "paper_protocol", "demo", "code_lm"} <= names, names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=_name)
+def test_a_history_is_linked_from_its_run_record_before_its_first_section(path):
+  with open(path, encoding="utf-8") as f:
+    assert f.readline().startswith("# "), f"{_name(path)}: HISTORY.md has no title"
+  record = os.path.join(os.path.dirname(path), "RUN.md")
+  assert os.path.exists(record), f"{_name(path)}: a HISTORY.md without a RUN.md"
+  with open(record, encoding="utf-8") as f:
+    opening = re.split(r"^## ", f.read(), maxsplit=1, flags=re.MULTILINE)[0]
+  links = [line for line in opening.split("\n") if "`HISTORY.md`" in line]
+  assert links, f"{_name(path)}: RUN.md does not link `HISTORY.md` before its first section"
