@@ -152,9 +152,7 @@ def get_config():
 
 def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(tmp_path):
   config = tmp_path / "tiny_sweep.py"
-  # 1000 steps: the first still holds the unit when the second has started, however slowly
-  # it starts beside a loaded test run (at 200 it finished first there, twice)
-  config.write_text(SWEEP.replace("STEPS", "1000"))
+  config.write_text(SWEEP.replace("STEPS", "20"))
   workdir = str(tmp_path / "sweep")
   command = [sys.executable, "eval.py", "--config", str(config), "--workdir", workdir]
   logs = [open(tmp_path / f"sweep{i}.log", "w+") for i in range(2)]  # noqa: SIM115
@@ -162,13 +160,20 @@ def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(t
   unit_lock = run_lock.directory_lock(os.path.join(workdir, "smoke"))
   try:
     assert _wait(lambda: _holds(unit_lock, first), first, 240), "the unit was never locked"
+    # The first is stopped while it holds the unit (its lock stays held) until the second has
+    # been refused it: the race is decided the same way however slowly the second starts.
+    first.send_signal(signal.SIGSTOP)
     second = subprocess.Popen(command + ["--shard", "0/1"], cwd=ROOT, env=ENV, stdout=logs[1],
                               stderr=logs[1])
+    refused = f"sweep unit 'smoke' is in use by pid {first.pid}"
+    assert _wait(lambda: refused in _read(logs[1]), second, 240), _read(logs[1])[-3000:]
+    first.send_signal(signal.SIGCONT)
     codes = [first.wait(timeout=600), second.wait(timeout=600)]
   finally:
     for proc in (first, locals().get("second")):
       if proc is not None and proc.poll() is None:
         proc.kill()
+        proc.wait()
   texts = []
   for log in logs:
     log.seek(0)
@@ -181,6 +186,11 @@ def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(t
   events = [n for n in os.listdir(os.path.join(workdir, "smoke")) if n.startswith("events.")]
   assert len(events) == 1  # one training process ever wrote to the unit
   assert os.path.exists(os.path.join(workdir, "results.json"))
+
+
+def _read(log) -> str:
+  with open(log.name) as f:
+    return f.read()
 
 
 def _ingest_command(corpus: str, output: str) -> list[str]:
