@@ -157,6 +157,7 @@ def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(t
   command = [sys.executable, "eval.py", "--config", str(config), "--workdir", workdir]
   logs = [open(tmp_path / f"sweep{i}.log", "w+") for i in range(2)]  # noqa: SIM115
   first = subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=logs[0], stderr=logs[0])
+  refused = f"sweep unit 'smoke' is in use by pid {first.pid}"
   unit_lock = run_lock.directory_lock(os.path.join(workdir, "smoke"))
   try:
     assert _wait(lambda: _holds(unit_lock, first), first, 240), "the unit was never locked"
@@ -165,7 +166,6 @@ def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(t
     first.send_signal(signal.SIGSTOP)
     second = subprocess.Popen(command + ["--shard", "0/1"], cwd=ROOT, env=ENV, stdout=logs[1],
                               stderr=logs[1])
-    refused = f"sweep unit 'smoke' is in use by pid {first.pid}"
     assert _wait(lambda: refused in _read(logs[1]), second, 240), _read(logs[1])[-3000:]
     first.send_signal(signal.SIGCONT)
     codes = [first.wait(timeout=600), second.wait(timeout=600)]
@@ -174,15 +174,13 @@ def test_two_sweep_processes_racing_for_one_unit_both_finish_and_train_it_once(t
       if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
-  texts = []
+  texts = [_read(log) for log in logs]
   for log in logs:
-    log.seek(0)
-    texts.append(log.read())
     log.close()
   assert codes == [0, 0], texts[1][-3000:] + texts[0][-3000:]
   assert sum(t.count("[sweep tiny] training 1/1 'smoke' (") for t in texts) == 1
   assert sum(t.count("[sweep tiny] evaluating 1/1 'smoke'") for t in texts) == 1
-  assert f"sweep unit 'smoke' is in use by pid {first.pid}" in texts[1], texts[1][-3000:]
+  assert refused in texts[1], texts[1][-3000:]
   events = [n for n in os.listdir(os.path.join(workdir, "smoke")) if n.startswith("events.")]
   assert len(events) == 1  # one training process ever wrote to the unit
   assert os.path.exists(os.path.join(workdir, "results.json"))
