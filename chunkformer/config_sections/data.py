@@ -40,6 +40,8 @@ class DataConfig:
   # answering an undemonstrated record's value without reading the target's is worth
   # 1 / (num_pairs - lookup_demos) (data/lookup_shortcuts.py)
   lookup_values: str = "random"
+  lookup_filler_kinds: int = 1  # filler tokens drawn per position (1: one repeated token)
+  lookup_query: bool = False  # the kv query token before each demonstration and the target
   # Code corpus.
   code_needles: int = 0  # key-value needles planted into each row (code, or corpus of bytes)
   heldout_fraction: float = 0.1  # fraction of stdlib files (by path hash) held out
@@ -62,4 +64,5 @@ class DataConfig:
     one_of(self.lookup_padding, ("prefix", "in_sequence", "mixed"), "data.lookup_padding")
     one_of(self.lookup_values, ("random", "distinct"), "data.lookup_values")
     require(self.lookup_demos >= 0, "data.lookup_demos", "must be >= 0")
+    require(self.lookup_filler_kinds >= 1, "data.lookup_filler_kinds", "must be >= 1")
     require(self.read_threads >= 0, "data.read_threads", "must be >= 0")

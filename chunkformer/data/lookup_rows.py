@@ -14,6 +14,10 @@ Differences from the test prompts, all chosen so the test measures what training
 - the loss is on every demonstration's value and the final answer: D + 1 lookups per row, each
   answerable only by finding its key among the records.
 
+Layout options, both off in the committed sweeps: ``data.lookup_filler_kinds`` filler tokens drawn
+per position (of the vocabulary's ``data.num_filler``) instead of one repeated token, and
+``data.lookup_query``, the kv task's query token before each demonstration and the target key.
+
 Vocabulary: the kv task's (BOS, filler ``kv.FILLER_BASE``, ``data.num_symbols`` symbols, the
 first half keys and the second half values), so ``lookup_task.default_tokens`` and the probes
 read a lookup model exactly like a kv model.
@@ -37,7 +41,9 @@ def spec(config: DataConfig, padding: str = "prefix") -> lookup_task.LookupSpec:
       seq_len=config.seq_len, keys=tokens["keys"], values=tokens["values"],
       filler=tokens["filler"], bos=tokens["bos"], num_records=config.num_pairs,
       num_demos=config.lookup_demos, modulus=1, prompts_per_residue=1, padding=padding,
-      distinct_values=config.lookup_values == "distinct")
+      distinct_values=config.lookup_values == "distinct",
+      filler_kinds=config.lookup_filler_kinds,
+      query=kv.QUERY if config.lookup_query else None)
 
 
 def check(config: DataConfig) -> None:
@@ -46,6 +52,10 @@ def check(config: DataConfig) -> None:
     raise ConfigError(f"config field 'data.lookup_demos': {config.lookup_demos} demonstrations "
                       f"need more records (data.num_pairs = {config.num_pairs})")
   layout = spec(config)
+  if config.lookup_filler_kinds > config.num_filler:
+    raise ConfigError(f"config field 'data.lookup_filler_kinds': {config.lookup_filler_kinds} "
+                      f"filler tokens, but the vocabulary has data.num_filler = "
+                      f"{config.num_filler}")
   if config.num_symbols // 2 < config.num_pairs:
     raise ConfigError(f"config field 'data.num_symbols': {config.num_symbols} symbols give "
                       f"{config.num_symbols // 2} keys (the first half), fewer than the "
@@ -69,14 +79,12 @@ def make_row(rng: np.random.Generator, config: DataConfig) -> dict[str, np.ndarr
     padding = lookup_task.PADDINGS[int(rng.integers(len(lookup_task.PADDINGS)))]
   layout = spec(config, padding)
   t = config.seq_len
-  tokens = np.full(t + 1, layout.filler, np.int32)
-  tokens[0] = kv.BOS
+  tokens = layout.blank(rng, (t + 1,))
   t_k = int(rng.integers(layout.start, layout.start + layout.free_filler
                          + 2 * layout.num_records - 1))
   tokens[t], _ = lookup_task.place(rng, layout, t_k, tokens[:t])
   loss_mask = np.zeros(t, np.float32)
-  demo_keys = layout.region_end + 1 + 2 * np.arange(layout.num_demos)
-  loss_mask[demo_keys] = 1.0  # the target at a demonstration key is its value
+  loss_mask[layout.demo_key_positions] = 1.0  # the target at a demonstration key is its value
   loss_mask[t - 1] = 1.0  # the answer after the target key
   return {"inputs": tokens[:-1], "targets": tokens[1:], "loss_mask": loss_mask,
           "positions": np.arange(t, dtype=np.int32), "segment_ids": np.zeros(t, np.int32)}

@@ -85,8 +85,8 @@ def _mode_pick(candidates: np.ndarray, answer: int) -> float:
 def baselines(spec: lookup_task.LookupSpec, prompts: lookup_task.Prompts) -> Shortcuts:
   """Each strategy's expected accuracy on every prompt of ``prompts`` (made from ``spec``)."""
   tokens, records = prompts.tokens, prompts.record_positions
-  demo_keys = tokens[:, spec.region_end + 1:spec.region_end + 1 + 2 * spec.num_demos:2]
-  demo_values = tokens[:, spec.region_end + 2:spec.region_end + 2 + 2 * spec.num_demos:2]
+  demo_keys = tokens[:, spec.demo_key_positions]
+  demo_values = tokens[:, spec.demo_key_positions + 1]
   record_keys = np.take_along_axis(tokens, records, axis=1)
   record_values = np.take_along_axis(tokens, records + 1, axis=1)
   answers = prompts.answers[:, 0]

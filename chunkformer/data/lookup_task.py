@@ -93,6 +93,32 @@ class LookupSpec:
   # another and a strategy that never reads the target's record is worth 1 / candidates
   # (``lookup_shortcuts``)
   distinct_values: bool = False
+  # Filler tokens drawn uniformly per filler position from filler .. filler + filler_kinds - 1
+  # (1: the one repeated token of the committed sweeps), as the kv rows draw theirs
+  filler_kinds: int = 1
+  # A token written before each demonstration and before the target key (None: the committed
+  # layout, demonstrations packed after one filler), as the kv rows mark each query
+  query: int | None = None
+
+  @property
+  def demo_stride(self) -> int:
+    """Tokens per demonstration: key and value, after the query token if there is one."""
+    return 2 if self.query is None else 3
+
+  @property
+  def demo_key_positions(self) -> np.ndarray:
+    """Positions of the D demonstrations' keys (the value follows each)."""
+    first = self.region_end + 1 + (self.query is not None)
+    return first + self.demo_stride * np.arange(self.num_demos)
+
+  def blank(self, rng: np.random.Generator, shape) -> np.ndarray:
+    """int32 rows of ``shape`` (..., T) holding filler (and BOS), ready for ``place``."""
+    tokens = np.full(shape, self.filler, np.int32)
+    if self.filler_kinds > 1:
+      tokens += rng.integers(self.filler_kinds, size=shape, dtype=np.int32)
+    if self.bos is not None:
+      tokens[..., 0] = self.bos
+    return tokens
 
   @property
   def start(self) -> int:
@@ -101,7 +127,7 @@ class LookupSpec:
   @property
   def region_end(self) -> int:
     """End (exclusive) of the record region: a filler token, then the demonstrations."""
-    return self.seq_len - 2 - 2 * self.num_demos
+    return self.seq_len - 2 - self.demo_stride * self.num_demos - (self.query is not None)
 
   @property
   def free_filler(self) -> int:
@@ -126,9 +152,15 @@ class LookupSpec:
     if self.distinct_values and len(set(self.values)) < self.num_records:
       bad("values", f"{len(set(self.values))} distinct value tokens cannot give "
                     f"{self.num_records} records distinct values (distinct_values)")
-    special = {self.filler} | ({self.bos} if self.bos is not None else set())
+    if self.filler_kinds < 1:
+      bad("filler_kinds", f"must be >= 1, got {self.filler_kinds}")
+    special = (set(range(self.filler, self.filler + self.filler_kinds))
+               | {t for t in (self.bos, self.query) if t is not None})
+    if self.query is not None and self.query in range(self.filler,
+                                                      self.filler + self.filler_kinds):
+      bad("query", f"token {self.query} is one of the filler tokens")
     if special & (set(self.keys) | set(self.values)) or set(self.keys) & set(self.values):
-      bad("keys", "key, value, filler and BOS tokens must be disjoint")
+      bad("keys", "key, value, filler, query and BOS tokens must be disjoint")
     span = self.free_filler + 2 * self.num_records - 1  # t_K range: start .. start + span - 1
     if self.free_filler < 0 or span < 3 * self.modulus:
       bad("seq_len", f"{self.seq_len} tokens leave target positions over {max(span, 0)} tokens "
@@ -185,9 +217,7 @@ def generate(spec: LookupSpec, seed: int) -> Prompts:
                          spec.start + f + 2 * r_count - 2)
   targets = positions_MxN.reshape(-1)
   n = targets.size
-  tokens = np.full((n, t), spec.filler, np.int32)
-  if spec.bos is not None:
-    tokens[:, 0] = spec.bos
+  tokens = spec.blank(rng, (n, t))
   answers = np.empty((n, 1), np.int32)
   record_positions = np.empty((n, r_count), np.int64)
   for p, t_k in enumerate(targets):
@@ -219,9 +249,11 @@ def place(rng: np.random.Generator, spec: LookupSpec, t_k: int,
   v = rng.choice(np.asarray(spec.values), r_count, replace=not spec.distinct_values)
   row[at], row[at + 1] = k, v
   demos = rng.choice(np.delete(np.arange(r_count), j), spec.num_demos, replace=False)
-  demo_start = spec.region_end + 1
-  row[demo_start:demo_start + 2 * spec.num_demos:2] = k[demos]
-  row[demo_start + 1:demo_start + 2 * spec.num_demos:2] = v[demos]
+  demo_keys = spec.demo_key_positions
+  row[demo_keys], row[demo_keys + 1] = k[demos], v[demos]
+  if spec.query is not None:
+    row[demo_keys - 1] = spec.query
+    row[spec.seq_len - 2] = spec.query
   row[spec.seq_len - 1] = k[j]
   return int(v[j]), at
 
