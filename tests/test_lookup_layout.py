@@ -24,7 +24,8 @@ def test_each_demonstration_and_the_target_follow_a_query_token_amid_varied_fill
   prompts = lookup_task.generate(spec, 5)
   demo_keys = spec.demo_key_positions
   np.testing.assert_array_equal(demo_keys, spec.seq_len - 2 - 3 * np.arange(3, 0, -1) + 1)
-  fillers = set(range(3, 7))
+  fillers = set(SPEC.fillers)
+  assert fillers == set(range(3, 7))
   seen = set()
   for row, at, answer in zip(prompts.tokens, prompts.record_positions, prompts.answers[:, 0],
                              strict=True):

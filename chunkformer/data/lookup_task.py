@@ -101,6 +101,11 @@ class LookupSpec:
   query: int | None = None
 
   @property
+  def fillers(self) -> range:
+    """The filler tokens: ``filler`` and the ``filler_kinds - 1`` after it."""
+    return range(self.filler, self.filler + self.filler_kinds)
+
+  @property
   def demo_stride(self) -> int:
     """Tokens per demonstration: key and value, after the query token if there is one."""
     return 2 if self.query is None else 3
@@ -154,10 +159,8 @@ class LookupSpec:
                     f"{self.num_records} records distinct values (distinct_values)")
     if self.filler_kinds < 1:
       bad("filler_kinds", f"must be >= 1, got {self.filler_kinds}")
-    special = (set(range(self.filler, self.filler + self.filler_kinds))
-               | {t for t in (self.bos, self.query) if t is not None})
-    if self.query is not None and self.query in range(self.filler,
-                                                      self.filler + self.filler_kinds):
+    special = set(self.fillers) | {t for t in (self.bos, self.query) if t is not None}
+    if self.query is not None and self.query in self.fillers:
       bad("query", f"token {self.query} is one of the filler tokens")
     if special & (set(self.keys) | set(self.values)) or set(self.keys) & set(self.values):
       bad("keys", "key, value, filler, query and BOS tokens must be disjoint")
